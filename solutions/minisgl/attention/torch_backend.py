@@ -1,0 +1,75 @@
+"""Paged attention in plain PyTorch: runs on any device, and is the reference for the others.
+
+Each request's keys live scattered over the KV pool; its page-table row lists their slots in
+order. We gather them into a padded [batch, max_len] block, then call scaled_dot_product_attention
+with a mask that hides padding and (for prefill) future tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+
+from minisgl.attention.base import BaseAttnBackend, BaseAttnMetadata
+from minisgl.kvcache.base import BaseKVCachePool
+
+if TYPE_CHECKING:
+    from minisgl.core import Batch
+
+
+@dataclass
+class TorchAttnMetadata(BaseAttnMetadata):
+    kv_indices: torch.Tensor  # [batch, max_seq_len] KV-pool slots, padded with slot 0
+    mask: torch.Tensor  # [batch, 1, max_extend_len, max_seq_len] True where attention is allowed
+    query_slots: torch.Tensor  # [tokens] where each token sits in the padded [batch * max_extend_len]
+    max_extend_len: int
+
+
+class TorchAttnBackend(BaseAttnBackend):
+    def __init__(self, kv_cache: BaseKVCachePool, page_table: torch.Tensor) -> None:
+        self.kv_cache = kv_cache
+        self.page_table = page_table
+
+    def prepare_metadata(self, batch: Batch) -> None:
+        device = self.page_table.device
+        seq_lens = [req.device_len for req in batch.reqs]
+        extend_lens = [req.extend_len for req in batch.reqs]
+        max_seq, max_extend = max(seq_lens), max(extend_lens)
+        rows = torch.tensor([req.table_idx for req in batch.reqs], device=device)
+        key_pos = torch.arange(max_seq, device=device)
+        seq_len_t = torch.tensor(seq_lens, device=device)
+        cached_t = torch.tensor([req.cached_len for req in batch.reqs], device=device)
+        # Padding keys read slot 0: harmless, since the mask hides them.
+        kv_indices = torch.where(key_pos < seq_len_t[:, None], self.page_table[rows, :max_seq], 0)
+        # Query i of a request sits at position cached_len + i and sees keys at <= that position.
+        query_pos = cached_t[:, None] + torch.arange(max_extend, device=device)
+        mask = key_pos[None, None, :] <= query_pos[:, :, None]
+        query_slots = torch.cat([torch.arange(n) + i * max_extend for i, n in enumerate(extend_lens)])
+        last = torch.tensor(extend_lens).cumsum(0) - 1
+        batch.attn_metadata = TorchAttnMetadata(
+            last_indices=last.to(device),
+            kv_indices=kv_indices.long(),
+            mask=mask.unsqueeze(1),
+            query_slots=query_slots.to(device),
+            max_extend_len=max_extend,
+        )
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
+                batch: Batch) -> torch.Tensor:
+        self.kv_cache.store_kv(k, v, batch.out_loc, layer_id)
+        meta: TorchAttnMetadata = batch.attn_metadata
+        num_heads, head_dim = q.shape[1], q.shape[2]
+        # [batch, max_seq, kv_heads, head_dim] -> [batch, kv_heads, max_seq, head_dim]
+        keys = self.kv_cache.k_cache(layer_id)[meta.kv_indices].transpose(1, 2)
+        values = self.kv_cache.v_cache(layer_id)[meta.kv_indices].transpose(1, 2)
+        padded_q = q.new_zeros(batch.size * meta.max_extend_len, num_heads, head_dim)
+        padded_q[meta.query_slots] = q
+        padded_q = padded_q.view(batch.size, meta.max_extend_len, num_heads, head_dim)
+        out = F.scaled_dot_product_attention(padded_q.transpose(1, 2), keys, values,
+                                             attn_mask=meta.mask, enable_gqa=True)
+        # [batch, heads, max_extend, head_dim] -> the batch's tokens, in order
+        out = out.transpose(1, 2).reshape(-1, num_heads, head_dim)
+        return out[meta.query_slots]

