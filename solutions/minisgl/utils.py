@@ -27,6 +27,10 @@ class UnsupportedModelError(MinisglError, ValueError):
     """The checkpoint's architecture or one of its settings is not implemented."""
 
 
+class ConfigError(MinisglError, ValueError):
+    """A setting of the engine or scheduler is out of range."""
+
+
 class InvalidRequestError(MinisglError, ValueError):
     """A request that can never be served (empty prompt, bad parameters, too long)."""
 

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from minisgl.utils import ConfigError
+
 
 @dataclass
 class EngineConfig:
@@ -24,9 +26,9 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         if self.page_size < 1:
-            raise ValueError(f"page_size must be >= 1, got {self.page_size}")
+            raise ConfigError(f"page_size must be >= 1, got {self.page_size}")
         if self.max_running_req < 1:
-            raise ValueError(f"max_running_req must be >= 1, got {self.max_running_req}")
+            raise ConfigError(f"max_running_req must be >= 1, got {self.max_running_req}")
 
     @property
     def resolved_device(self) -> torch.device:

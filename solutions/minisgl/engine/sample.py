@@ -55,11 +55,13 @@ class Sampler:
         probs = torch.softmax(logits.float() / args.temperature, dim=-1)
         sorted_probs, sorted_ids = probs.sort(dim=-1, descending=True)
         rank = torch.arange(logits.shape[-1], device=logits.device)
-        # top-k: keep ranks < k. top-p: keep a token if the tokens ranked before it hold
-        # less than top_p of the mass (so the top-1 token always stays).
+        # top-k first: keep ranks < k, renormalized. Then top-p on what is left (as
+        # transformers and vLLM do): keep a token if the tokens ranked before it hold less
+        # than top_p of the mass, so the top-1 token always stays.
+        sorted_probs = sorted_probs.masked_fill(rank >= args.top_k, 0.0)
+        sorted_probs = sorted_probs / sorted_probs.sum(dim=-1, keepdim=True)
         mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
-        keep = (rank < args.top_k) & (mass_before < args.top_p)
-        sorted_probs = sorted_probs.masked_fill(~keep, 0.0)
+        sorted_probs = sorted_probs.masked_fill(mass_before >= args.top_p, 0.0)
         choice = torch.multinomial(sorted_probs, 1, generator=self.generator)
         sampled = sorted_ids.gather(-1, choice).squeeze(-1)
         return torch.where(args.greedy, greedy_tokens, sampled)

@@ -18,6 +18,7 @@ class NaivePrefixCache(BasePrefixCache):
         self._empty = torch.empty(0, dtype=torch.int32, device=device)
 
     def match_prefix(self, input_ids: torch.Tensor) -> MatchResult:
+        """Never a match: an empty handle and no slots."""
         return MatchResult(BaseCacheHandle(0), self._empty)
 
     def lock_handle(self, handle: BaseCacheHandle, unlock: bool = False) -> None:
@@ -25,9 +26,11 @@ class NaivePrefixCache(BasePrefixCache):
 
     def insert_prefix(self, input_ids: torch.Tensor,
                       indices: torch.Tensor) -> tuple[int, BaseCacheHandle]:
+        """Keep nothing: 0 tokens were already cached, and the handle holds none."""
         return 0, BaseCacheHandle(0)
 
     def evict(self, num_tokens: int) -> torch.Tensor:
+        """Nothing to evict: asking for any tokens is a bug in the caller (RuntimeError)."""
         if num_tokens > 0:
             raise RuntimeError(f"cannot evict {num_tokens} tokens: the naive cache holds none")
         return self._empty

@@ -53,12 +53,14 @@ class LLM:
         generated: dict[int, list[int]] = {uid: [] for uid in uids}
         finish_reason: dict[int, str] = {}
         eos = self.scheduler.eos_token_ids
+        ignore_eos = {uid: p.ignore_eos for uid, p in zip(uids, params_list)}
         with tqdm(total=len(uids), desc="Generating", disable=not progress) as bar:
             while self.scheduler.has_work:
                 for out in self.scheduler.step():
                     generated[out.uid].append(out.token)
                     if out.finished:
-                        finish_reason[out.uid] = "stop" if out.token in eos else "length"
+                        stopped = out.token in eos and not ignore_eos[out.uid]
+                        finish_reason[out.uid] = "stop" if stopped else "length"
                         bar.update()
         return [{"text": self.tokenizer.decode(generated[uid], skip_special_tokens=True),
                  "token_ids": generated[uid], "prompt_token_ids": ids,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from minisgl.engine import EngineConfig
+from minisgl.utils import ConfigError
 
 
 @dataclass
@@ -16,6 +17,6 @@ class SchedulerConfig(EngineConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.cache_type not in ("radix", "naive"):
-            raise ValueError(f"cache_type must be 'radix' or 'naive', got {self.cache_type!r}")
+            raise ConfigError(f"cache_type must be 'radix' or 'naive', got {self.cache_type!r}")
         if self.max_extend_tokens < 1:
-            raise ValueError(f"max_extend_tokens must be >= 1, got {self.max_extend_tokens}")
+            raise ConfigError(f"max_extend_tokens must be >= 1, got {self.max_extend_tokens}")

@@ -15,6 +15,7 @@ from minisgl.scheduler.cache import CacheManager
 from minisgl.scheduler.decode import DecodeManager
 from minisgl.scheduler.table import TableManager
 from minisgl.scheduler.utils import PendingReq
+from minisgl.utils import div_ceil
 
 
 class ChunkedReq(Req):
@@ -42,7 +43,11 @@ class PrefillAdder:
     reserved_tokens: int  # KV tokens already promised to running and admitted requests
 
     def worst_case_tokens(self, pending: PendingReq, cached_len: int) -> int:
-        return pending.input_len - cached_len + pending.output_len + self.cache_manager.page_size
+        """KV slots the request may still take: prompt + output + one page of slack, minus the
+        pages it already holds (its cached prefix, or the chunks computed so far)."""
+        page = self.cache_manager.page_size
+        held = div_ceil(cached_len, page) * page
+        return pending.input_len + pending.output_len + page - held
 
     def try_add(self, pending: PendingReq) -> Req | None:
         """Admit `pending` (or its next chunk) into the batch, or return None if it must wait."""

@@ -32,10 +32,26 @@ from minisgl.scheduler.utils import PendingReq, SchedulerStats, TokenOutput
 
 
 class ForwardData(NamedTuple):
-    """A batch that has been launched, and its sampled tokens (still on the device)."""
+    """A launched batch and its sampled tokens, on their way to the CPU."""
 
     batch: Batch
-    next_tokens: torch.Tensor
+    next_tokens_host: torch.Tensor  # valid once `copy_done` has completed
+    copy_done: torch.cuda.Event | None  # None on the CPU, where the copy is immediate
+
+
+def start_copy_to_host(tokens: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
+    """Queue the device-to-host copy of the sampled tokens right behind the sampling.
+
+    Waiting on this event (not on the whole device) is what lets overlap work on a GPU: the
+    copy of batch N completes before batch N+1's kernels, which were queued after it.
+    """
+    if tokens.device.type == "cpu":
+        return tokens, None
+    host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
+    host.copy_(tokens, non_blocking=True)
+    event = torch.cuda.Event()
+    event.record()
+    return host, event
 
 
 class Scheduler:
@@ -79,16 +95,29 @@ class Scheduler:
 
     def step(self) -> list[TokenOutput]:
         """One iteration of the scheduling loop; returns the tokens it produced."""
-        batch = self._schedule_next_batch()
-        ongoing = self._forward(batch) if batch is not None else None
-        if self.overlap:
-            # Batch N+1 is launched; now process batch N while the device works on it.
-            outputs = self._process_results(self._last_data)
-            self._last_data = ongoing
-        else:
-            outputs = self._process_results(ongoing)
+        outputs = self.overlap_step() if self.overlap else self.normal_step()
         if not self.has_work:
             self.run_when_idle()
+        return outputs
+
+    def normal_step(self) -> list[TokenOutput]:
+        """Schedule a batch, run it, process its results: the CPU waits for every forward."""
+        batch = self._schedule_next_batch()
+        return self._process_results(self._forward(batch) if batch is not None else None)
+
+    def overlap_step(self) -> list[TokenOutput]:
+        """Launch batch N+1, then process batch N while the device computes N+1.
+
+        Batch N+1 is scheduled from the ledgers alone: its decode inputs are the tokens batch
+        N wrote into the token pool on the device, so nothing waits for the CPU to see them.
+        Two hazards follow. A request that hits EOS in batch N is already in batch N+1: its
+        extra token is dropped (`_finished_last_round`). And "done after max_tokens" must count
+        the tokens the CPU has seen, not the ledger, which runs one step ahead.
+        """
+        batch = self._schedule_next_batch()
+        ongoing = self._forward(batch) if batch is not None else None
+        outputs = self._process_results(self._last_data)
+        self._last_data = ongoing
         return outputs
 
     def run_when_idle(self) -> None:
@@ -124,15 +153,17 @@ class Scheduler:
         for req in batch.reqs:
             req.complete_one()
         self.decode_manager.add_reqs(batch.reqs)
-        return ForwardData(batch, next_tokens)
+        return ForwardData(batch, *start_copy_to_host(next_tokens))
 
     def _process_results(self, data: ForwardData | None) -> list[TokenOutput]:
         if data is None:
             return []
+        if data.copy_done is not None:
+            data.copy_done.synchronize()
         outputs: list[TokenOutput] = []
         finished_now: set[Req] = set()
         with self.cache_manager.lazy_free_region():
-            for req, token in zip(data.batch.reqs, data.next_tokens.tolist()):
+            for req, token in zip(data.batch.reqs, data.next_tokens_host.tolist()):
                 # A chunk samples nothing; a request that finished in the previous round was
                 # already in this (overlapped) batch: its extra token is dropped.
                 if isinstance(req, ChunkedReq) or req in self._finished_last_round:

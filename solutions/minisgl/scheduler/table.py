@@ -26,11 +26,13 @@ class TableManager:
         return len(self._free_rows)
 
     def allocate(self) -> int:
+        """Take a free row for a new request (RuntimeError if every row is in use)."""
         if not self._free_rows:
             raise RuntimeError("no free table row: admit fewer requests (max_running_req)")
         return self._free_rows.pop()
 
     def free(self, table_idx: int) -> None:
+        """Give a finished request's row back."""
         self._free_rows.append(table_idx)
 
     def write_prompt(self, req: Req) -> None:

@@ -22,8 +22,6 @@ class PendingReq:
     table_idx: int | None = None
     cache_handle: BaseCacheHandle | None = None
     cached_len: int = 0
-    # The prompt's KV slots matched in the prefix cache at admission.
-    matched_indices: torch.Tensor | None = field(default=None, repr=False)
 
     @property
     def input_len(self) -> int:
