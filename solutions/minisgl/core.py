@@ -32,6 +32,7 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def __post_init__(self) -> None:
+        """Reject out-of-range values with a ValueError that names the field."""
         if self.max_tokens <= 0:
             raise ValueError(f"max_tokens must be positive, got {self.max_tokens}")
         if self.temperature < 0:
@@ -43,6 +44,7 @@ class SamplingParams:
 
     @property
     def is_greedy(self) -> bool:
+        """Greedy when temperature is 0, or when top_k == 1 leaves a single candidate."""
         return self.temperature == 0.0 or self.top_k == 1
 
 
@@ -72,9 +74,12 @@ class Req:
     cache_handle: BaseCacheHandle | None = None  # the prefix-cache node this request holds
 
     def __post_init__(self) -> None:
+        """Derive device_len and max_device_len; raise ValueError if the invariant fails."""
         self.device_len = len(self.input_ids)
         self.max_device_len = len(self.input_ids) + self.output_len
-        assert 0 <= self.cached_len < self.device_len <= self.max_device_len, self
+        if not 0 <= self.cached_len < self.device_len <= self.max_device_len:
+            raise ValueError("a request's ledger must satisfy 0 <= cached_len < device_len "
+                             f"<= max_device_len: {self}")
 
     @property
     def extend_len(self) -> int:
