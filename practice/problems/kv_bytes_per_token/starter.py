@@ -1,0 +1,13 @@
+"""Problem 42: the size of a token's K/V, and how many tokens a budget holds."""
+
+from __future__ import annotations
+
+
+def kv_bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
+    """Bytes of K and V that one token takes, over all layers."""
+    raise NotImplementedError("count K and V over layers and KV heads")
+
+
+def tokens_that_fit(budget_bytes: int, bytes_per_token: int, page_size: int) -> int:
+    """Tokens a pool of whole pages holds within budget_bytes."""
+    raise NotImplementedError("whole pages in the budget, in tokens")

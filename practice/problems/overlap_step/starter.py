@@ -1,0 +1,9 @@
+from __future__ import annotations
+
+from minisgl.scheduler.scheduler import Scheduler
+from minisgl.scheduler.utils import TokenOutput
+
+
+def overlap_step(self: Scheduler) -> list[TokenOutput]:
+    """Launch batch N+1, then process batch N while the device computes N+1."""
+    raise NotImplementedError("schedule and launch the next batch, then process the last one")

@@ -1,0 +1,10 @@
+from __future__ import annotations
+
+from minisgl.core import Req
+from minisgl.scheduler.prefill import PrefillAdder
+from minisgl.scheduler.utils import PendingReq
+
+
+def try_add(self: PrefillAdder, pending: PendingReq) -> Req | None:
+    """Admit `pending` (or its next chunk) into the batch, or return None if it must wait."""
+    raise NotImplementedError("match + lock, check the worst case, take a row, or wait")

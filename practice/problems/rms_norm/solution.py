@@ -1,0 +1,10 @@
+"""Problem 1: RMSNorm, as the tiny engine uses it."""
+
+from __future__ import annotations
+
+import torch
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x / sqrt(mean(x**2) + eps) * weight, the mean taken over the last dimension."""
+    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight
