@@ -6,6 +6,7 @@ Chapter tests import `minisgl` from whatever tree is first on sys.path (the refe
 
 from __future__ import annotations
 
+import os
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -63,3 +64,33 @@ def hf_greedy(path: Path, prompt_ids: list[int], max_new_tokens: int) -> list[in
         out = model.generate(torch.tensor([prompt_ids]), max_new_tokens=max_new_tokens,
                              do_sample=False, eos_token_id=None, pad_token_id=0)
     return out[0, len(prompt_ids):].tolist()
+
+
+_HF_GREEDY_CACHE: dict[tuple[Path, tuple[int, ...]], list[int]] = {}
+
+
+def hf_greedy_cached(path: Path, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+    """hf_greedy, remembered for the whole session (the stage 2 tests ask for the same prompts
+    again and again). Greedy decoding is prefix-stable: the first k tokens of a longer
+    continuation are the k-token continuation, so one generate serves every shorter request."""
+    key = (Path(path), tuple(prompt_ids))
+    known = _HF_GREEDY_CACHE.get(key, [])
+    if len(known) < max_new_tokens:
+        known = _HF_GREEDY_CACHE[key] = hf_greedy(Path(path), list(prompt_ids), max_new_tokens)
+    return known[:max_new_tokens]
+
+
+def _check_minisgl_tree() -> None:
+    """Under `tools/steps.py`, MINISGL_TREE names the snapshot being judged: the tests must
+    import its minisgl, never another one (such as the pip-installed reference)."""
+    tree = os.environ.get("MINISGL_TREE")
+    if not tree:
+        return
+    import minisgl
+
+    where = Path(minisgl.__file__ or next(iter(minisgl.__path__))).resolve()
+    if not where.is_relative_to(Path(tree).resolve()):
+        raise RuntimeError(f"MINISGL_TREE is {tree} but the tests imported minisgl from {where}")
+
+
+_check_minisgl_tree()

@@ -15,7 +15,8 @@ from minisgl.engine.config import EngineConfig
 from minisgl.engine.sample import Sampler
 from minisgl.kvcache import BaseKVCachePool, MHAKVCache
 from minisgl.models import ModelConfig, create_model, load_weights
-from minisgl.utils import InvalidRequestError, RequestTooLongError, UnsupportedModelError
+from minisgl.utils import (InvalidRequestError, RequestTooLongError, UnsupportedModelError,
+                           div_ceil)
 
 ATTENTION_BACKENDS: dict[str, type[BaseAttnBackend]] = {"torch": TorchAttnBackend}
 
@@ -40,9 +41,11 @@ class Engine:
         self.kv_cache: BaseKVCachePool = MHAKVCache(
             self.num_pages * self.page_size, self.model_config.num_layers,
             self.model_config.num_kv_heads, self.model_config.head_dim, self.dtype, self.device)
-        # One row per running request; entry [row, pos] is the KV slot of token `pos`.
-        self.page_table = torch.zeros(config.max_running_req, self.max_seq_len,
-                                      dtype=torch.int32, device=self.device)
+        # One row per running request; entry [row, pos] is the KV slot of token `pos`. Rows
+        # hold whole pages: the last page of a max_seq_len request may stick out past it.
+        row_len = div_ceil(self.max_seq_len, self.page_size) * self.page_size
+        self.page_table = torch.zeros(config.max_running_req, row_len, dtype=torch.int32,
+                                      device=self.device)
         self.attn_backend = ATTENTION_BACKENDS[config.attention_backend](self.kv_cache,
                                                                          self.page_table)
         self.ctx = Context(self.page_size, self.kv_cache, self.page_table, self.attn_backend)

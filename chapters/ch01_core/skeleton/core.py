@@ -1,0 +1,160 @@
+"""The engine's vocabulary: sampling parameters, a request's ledger, a batch, and the context.
+
+Everything else in minisgl passes these four types around. They hold no policy: the scheduler
+decides what goes into a batch, the engine runs it, and both read and update the ledger.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterator, Literal
+
+import torch
+
+if TYPE_CHECKING:
+    from minisgl.attention.base import BaseAttnBackend
+    from minisgl.kvcache.base import BaseCacheHandle, BaseKVCachePool
+
+
+@dataclass
+class SamplingParams:
+    """How to pick each next token of one request, and when to stop.
+
+    temperature 0 means greedy (argmax). top_k = -1 means no top-k limit; top_p = 1.0 means no
+    nucleus limit. max_tokens counts generated tokens, the first one (from prefill) included.
+    """
+
+    temperature: float = 0.0
+    top_k: int = -1
+    top_p: float = 1.0
+    max_tokens: int = 128
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        """Reject out-of-range values with a ValueError that names the field."""
+        raise NotImplementedError("ch01: Reject out-of-range values with a ValueError that names the field.")
+
+    @property
+    def is_greedy(self) -> bool:
+        """Greedy when temperature is 0, or when top_k == 1 leaves a single candidate."""
+        raise NotImplementedError("ch01: Greedy when temperature is 0, or when top_k == 1 leaves a single candidate.")
+
+
+@dataclass(eq=False)
+class Req:
+    """One request, as a ledger of three lengths over its token sequence.
+
+    The sequence is the prompt followed by the tokens generated so far (`input_ids`, on the CPU).
+
+    - `cached_len`: tokens whose K/V are already in the KV cache (computed, or reused from the
+      prefix cache).
+    - `device_len`: tokens the device knows about; the next forward computes K/V for positions
+      [cached_len, device_len) and samples the token at position device_len.
+    - `max_device_len`: prompt length + max_tokens; the request is done when it gets there.
+
+    Invariant (checked on creation): 0 <= cached_len < device_len <= max_device_len. A forward
+    always has at least one token to compute, which is why a prefix-cache match must stop before
+    the last prompt token. Everything else is derived, so no two fields can disagree.
+    """
+
+    input_ids: torch.Tensor  # 1-D int32 on the CPU: prompt, then generated tokens
+    table_idx: int  # this request's row in the page table and token pool
+    cached_len: int
+    output_len: int  # max_tokens: how many tokens to generate at most
+    uid: int
+    sampling_params: SamplingParams
+    cache_handle: BaseCacheHandle | None = None  # the prefix-cache node this request holds
+
+    def __post_init__(self) -> None:
+        """Derive device_len and max_device_len; raise ValueError if the invariant fails."""
+        raise NotImplementedError("ch01: Derive device_len and max_device_len; raise ValueError if the invariant fails.")
+
+    @property
+    def extend_len(self) -> int:
+        """Tokens the next forward computes: the whole uncached prompt, or 1 when decoding."""
+        raise NotImplementedError("ch01: Tokens the next forward computes: the whole uncached prompt, or 1 when decoding.")
+
+    @property
+    def remain_len(self) -> int:
+        """Tokens still to generate before max_tokens is reached."""
+        raise NotImplementedError("ch01: Tokens still to generate before max_tokens is reached.")
+
+    @property
+    def can_decode(self) -> bool:
+        raise NotImplementedError("ch01: implement Req.can_decode")
+
+    def complete_one(self) -> None:
+        """Record a finished forward: its K/V are cached and one more token was sampled."""
+        raise NotImplementedError("ch01: Record a finished forward: its K/V are cached and one more token was sampled.")
+
+    def append_host(self, next_token: int) -> None:
+        """Append the sampled token to the CPU copy of the sequence."""
+        raise NotImplementedError("ch01: Append the sampled token to the CPU copy of the sequence.")
+
+    def __repr__(self) -> str:
+        return (f"Req(uid={self.uid}, table_idx={self.table_idx}, cached_len={self.cached_len}, "
+                f"device_len={self.device_len}, max_device_len={self.max_device_len})")
+
+
+@dataclass
+class Batch:
+    """The requests of one forward pass: either all prefill or all decode.
+
+    The scheduler (or, in stage 1, you by hand) fills `input_ids`, `positions` and `out_loc`;
+    the attention backend fills `attn_metadata` in `prepare_metadata`.
+    """
+
+    reqs: list[Req]
+    phase: Literal["prefill", "decode"]
+    input_ids: torch.Tensor = field(init=False)  # [num_tokens] token ids of this step
+    positions: torch.Tensor = field(init=False)  # [num_tokens] position of each token
+    out_loc: torch.Tensor = field(init=False)  # [num_tokens] KV-pool slot of each new token
+    attn_metadata: Any = field(init=False)
+
+    @property
+    def is_prefill(self) -> bool:
+        return self.phase == "prefill"
+
+    @property
+    def is_decode(self) -> bool:
+        return self.phase == "decode"
+
+    @property
+    def size(self) -> int:
+        return len(self.reqs)
+
+
+@dataclass
+class Context:
+    """What every layer may need during a forward, without threading it through each call.
+
+    The engine builds one Context and activates it for the duration of each forward with
+    `forward_batch`; layers read it with `get_global_ctx()`. The page table stores one KV-pool
+    slot per token, whatever the page size.
+    """
+
+    page_size: int
+    kv_cache: BaseKVCachePool
+    page_table: torch.Tensor  # [rows, max_seq_len] int32: KV-pool slot of each token
+    attn_backend: BaseAttnBackend
+    _batch: Batch | None = field(default=None, init=False)
+
+    @property
+    def batch(self) -> Batch:
+        if self._batch is None:
+            raise RuntimeError("no batch is running: layers can only run inside forward_batch")
+        return self._batch
+
+    @contextmanager
+    def forward_batch(self, batch: Batch) -> Iterator[Batch]:
+        """Make this context the active one and `batch` its current batch, for one forward."""
+        raise NotImplementedError("ch01: Make this context the active one and `batch` its current batch, for one forward.")
+
+
+_ACTIVE_CTX: Context | None = None
+
+
+def get_global_ctx() -> Context:
+    """The context of the forward now running (several engines may live in one process)."""
+    raise NotImplementedError("ch01: The context of the forward now running (several engines may live in one process).")

@@ -1,0 +1,49 @@
+"""Small helpers shared by every part of the engine, and the engine's error types."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from typing import Iterator
+
+
+def div_ceil(a: int, b: int) -> int:
+    """Ceiling division for non-negative integers: how many pages of size b hold a tokens."""
+    return -(-a // b)
+
+
+class MinisglError(Exception):
+    """An error caused by the user's input (a path, a request, a setting), not by a bug.
+
+    Entry points print these as one line instead of a traceback (see `exit_on_error`).
+    """
+
+
+class ModelNotFoundError(MinisglError, FileNotFoundError):
+    """The model directory, its config.json or its weights are missing."""
+
+
+class UnsupportedModelError(MinisglError, ValueError):
+    """The checkpoint's architecture or one of its settings is not implemented."""
+
+
+class ConfigError(MinisglError, ValueError):
+    """A setting of the engine or scheduler is out of range."""
+
+
+class InvalidRequestError(MinisglError, ValueError):
+    """A request that can never be served (empty prompt, bad parameters, too long)."""
+
+
+class RequestTooLongError(InvalidRequestError):
+    """A request can never fit in the KV cache or the page table."""
+
+
+@contextmanager
+def exit_on_error() -> Iterator[None]:
+    """Run an entry point's body; turn a MinisglError into one clear line and exit status 1."""
+    try:
+        yield
+    except MinisglError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(1)

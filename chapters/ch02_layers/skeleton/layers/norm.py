@@ -1,0 +1,23 @@
+"""RMSNorm, computed in float32 as Hugging Face does, so outputs match bit for bit."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    """y = x / sqrt(mean(x^2) + eps) * weight, over the last dimension."""
+
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.empty(size), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError("ch02: implement RMSNorm.forward")
+
+    def forward_residual(self, x: torch.Tensor,
+                         residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Add the residual stream first, then normalize: returns (normed, new residual)."""
+        raise NotImplementedError("ch02: Add the residual stream first, then normalize: returns (normed, new residual).")

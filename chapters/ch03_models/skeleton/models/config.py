@@ -1,0 +1,50 @@
+"""The model's shape, read from a Hugging Face config.json.
+
+Llama, Qwen2 and Qwen3 share one decoder; they differ in a few switches, which this module
+derives from the architecture name so the decoder code never asks "which model am I?".
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from minisgl.utils import ModelNotFoundError
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    rope_scaling: dict[str, Any] | None  # e.g. {"rope_type": "llama3", "factor": 8.0, ...}
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    qkv_bias: bool  # Qwen2: bias on the q, k and v projections
+    o_bias: bool  # Llama with attention_bias: bias on the output projection too
+    qk_norm: bool  # Qwen3: RMSNorm on each head of q and k before RoPE
+    eos_token_ids: tuple[int, ...]
+
+    @classmethod
+    def from_dir(cls, model_dir: str | Path) -> ModelConfig:
+        path = Path(model_dir) / "config.json"
+        if not Path(model_dir).is_dir():
+            raise ModelNotFoundError(f"model directory {model_dir} does not exist "
+                                     "(provision the course models with `python tools/provision.py`)")
+        if not path.is_file():
+            raise ModelNotFoundError(f"{path} is missing: is {model_dir} a Hugging Face model "
+                                     "directory?")
+        return cls.from_hf(json.loads(path.read_text()))
+
+    @classmethod
+    def from_hf(cls, hf: dict[str, Any]) -> ModelConfig:
+        raise NotImplementedError("ch03: implement ModelConfig.from_hf")

@@ -1,0 +1,34 @@
+"""The KV pool for multi-head (and grouped-query) attention: one big tensor, sliced per layer."""
+
+from __future__ import annotations
+
+import torch
+
+from minisgl.kvcache.base import BaseKVCachePool
+
+
+class MHAKVCache(BaseKVCachePool):
+    """K and V of `num_slots` tokens for every layer, allocated once up front.
+
+    Layout [2, layers, slots, kv_heads, head_dim]: one slot index addresses a token's K and V
+    in every layer, so the page table needs one entry per token, not one per layer.
+    """
+
+    def __init__(self, num_slots: int, num_layers: int, num_kv_heads: int, head_dim: int,
+                 dtype: torch.dtype, device: torch.device) -> None:
+        self._buffer = torch.zeros(2, num_layers, num_slots, num_kv_heads, head_dim,
+                                   dtype=dtype, device=device)
+
+    def k_cache(self, layer_id: int) -> torch.Tensor:
+        raise NotImplementedError("ch04: implement MHAKVCache.k_cache")
+
+    def v_cache(self, layer_id: int) -> torch.Tensor:
+        raise NotImplementedError("ch04: implement MHAKVCache.v_cache")
+
+    def store_kv(self, k: torch.Tensor, v: torch.Tensor, out_loc: torch.Tensor,
+                 layer_id: int) -> None:
+        raise NotImplementedError("ch04: implement MHAKVCache.store_kv")
+
+    @property
+    def num_slots(self) -> int:
+        return self._buffer.shape[2]

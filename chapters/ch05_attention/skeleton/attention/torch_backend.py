@@ -1,0 +1,41 @@
+"""Paged attention in plain PyTorch: runs on any device, and is the reference for the others.
+
+Each request's keys live scattered over the KV pool; its page-table row lists their slots in
+order. We gather them into a padded [batch, max_len] block, then call scaled_dot_product_attention
+with a mask that hides padding and (for prefill) future tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+
+from minisgl.attention.base import BaseAttnBackend, BaseAttnMetadata
+from minisgl.kvcache.base import BaseKVCachePool
+
+if TYPE_CHECKING:
+    from minisgl.core import Batch
+
+
+@dataclass
+class TorchAttnMetadata(BaseAttnMetadata):
+    kv_indices: torch.Tensor  # [batch, max_seq_len] KV-pool slots, padded with slot 0
+    mask: torch.Tensor  # [batch, 1, max_extend_len, max_seq_len] True where attention is allowed
+    query_slots: torch.Tensor  # [tokens] where each token sits in the padded [batch * max_extend_len]
+    max_extend_len: int
+
+
+class TorchAttnBackend(BaseAttnBackend):
+    def __init__(self, kv_cache: BaseKVCachePool, page_table: torch.Tensor) -> None:
+        self.kv_cache = kv_cache
+        self.page_table = page_table
+
+    def prepare_metadata(self, batch: Batch) -> None:
+        raise NotImplementedError("ch05: implement TorchAttnBackend.prepare_metadata")
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
+                batch: Batch) -> torch.Tensor:
+        raise NotImplementedError("ch05: implement TorchAttnBackend.forward")

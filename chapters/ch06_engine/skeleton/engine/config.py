@@ -1,0 +1,41 @@
+"""Everything needed to build an Engine, with defaults that suit the machine it runs on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from minisgl.utils import ConfigError
+
+
+@dataclass
+class EngineConfig:
+    model_path: str
+    device: str | None = None  # None: "cuda" when available, else "cpu"
+    dtype: torch.dtype | None = None  # None: bfloat16 on GPU, float32 on CPU
+    page_size: int = 1
+    num_pages: int | None = None  # None: as many as `kv_cache_gib` (CPU) or free memory (GPU) allow
+    kv_cache_gib: float = 1.0  # KV budget on the CPU, when num_pages is None
+    gpu_memory_fraction: float = 0.85  # share of free GPU memory for the KV cache
+    max_running_req: int = 32  # rows of the page table: requests that can run at once
+    max_seq_len: int | None = None  # None: the model's max_position_embeddings
+    attention_backend: str = "torch"
+    seed: int = 0  # seeds the sampler's random generator
+    show_progress: bool = True  # progress bar while loading weights
+
+    def __post_init__(self) -> None:
+        if self.page_size < 1:
+            raise ConfigError(f"page_size must be >= 1, got {self.page_size}")
+        if self.max_running_req < 1:
+            raise ConfigError(f"max_running_req must be >= 1, got {self.max_running_req}")
+
+    @property
+    def resolved_device(self) -> torch.device:
+        return torch.device(self.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+
+    @property
+    def resolved_dtype(self) -> torch.dtype:
+        if self.dtype is not None:
+            return self.dtype
+        return torch.bfloat16 if self.resolved_device.type == "cuda" else torch.float32

@@ -1,0 +1,3 @@
+"""The offline interface: generate text for a list of prompts in one call."""
+
+from .llm import LLM

@@ -1,0 +1,50 @@
+"""LLM: offline batch generation in one process, no servers or sockets involved.
+
+    with LLM("models/SmolLM2-135M-Instruct") as llm:
+        outputs = llm.generate(["The capital of France is"], SamplingParams(max_tokens=16))
+        print(outputs[0]["text"])
+
+All prompts go into the scheduler's queue at once; continuous batching then runs them,
+admitting new requests as others finish.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any, Sequence
+
+from tqdm import tqdm
+from transformers import AutoTokenizer
+
+from minisgl.core import SamplingParams
+from minisgl.scheduler import Scheduler, SchedulerConfig
+from minisgl.utils import InvalidRequestError
+
+
+class LLM:
+    def __init__(self, model_path: str, **config: Any) -> None:
+        """`config` takes any SchedulerConfig field, e.g. cache_type="naive", page_size=16."""
+        self.scheduler = Scheduler(SchedulerConfig(model_path, **config))
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+
+    def generate(self, prompts: Sequence[str] | Sequence[list[int]] | str,
+                 sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+                 progress: bool = False) -> list[dict[str, Any]]:
+        """Generate for every prompt (a string, or a list of token ids).
+
+        Returns one dict per prompt, in order: `text`, `token_ids` (generated ids),
+        `prompt_token_ids` and `finish_reason` ("stop" at EOS, "length" at max_tokens).
+        Every request is checked before any is queued: bad input raises and leaves nothing
+        behind in the scheduler.
+        """
+        raise NotImplementedError("ch07: Generate for every prompt (a string, or a list of token ids).")
+
+    def shutdown(self) -> None:
+        """Release the engine's memory (KV cache, weights)."""
+        self.scheduler = None  # type: ignore[assignment]
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()

@@ -1,0 +1,110 @@
+"""The CacheManager: the one owner of KV pages.
+
+A page is `page_size` consecutive KV slots; the free list stores each free page by its first
+slot. Pages move between three places: the free list, requests (through their page-table
+rows), and the prefix cache. Every page is in exactly one of them, which `check_integrity`
+verifies whenever the scheduler has nothing running.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+
+from minisgl.core import Req
+from minisgl.kvcache import BaseCacheHandle, BasePrefixCache, MatchResult, NaivePrefixCache
+from minisgl.utils import div_ceil
+
+
+def create_prefix_cache(cache_type: str, device: torch.device, page_size: int) -> BasePrefixCache:
+    if cache_type == "radix":
+        from minisgl.kvcache.radix_cache import RadixPrefixCache  # written in chapter 9
+
+        return RadixPrefixCache(device, page_size)
+    return NaivePrefixCache(device)
+
+
+class CacheManager:
+    def __init__(self, num_pages: int, page_size: int, page_table: torch.Tensor,
+                 prefix_cache: BasePrefixCache) -> None:
+        self.num_pages = num_pages
+        self.page_size = page_size
+        self.page_table = page_table
+        self.device = page_table.device
+        self.prefix_cache = prefix_cache
+        self.free_pages = torch.arange(num_pages, dtype=torch.int32, device=self.device) * page_size
+        self._lazy_freed: list[torch.Tensor] | None = None
+
+    # ----- what is available --------------------------------------------------------------
+
+    @property
+    def num_free_pages(self) -> int:
+        return len(self.free_pages)
+
+    @property
+    def available_size(self) -> int:
+        """Tokens that could be allocated now: free pages plus evictable cached tokens."""
+        raise NotImplementedError("ch08: Tokens that could be allocated now: free pages plus evictable cached tokens.")
+
+    # ----- the prefix cache ---------------------------------------------------------------
+
+    def match_req(self, input_ids: torch.Tensor) -> MatchResult:
+        """Longest cached prefix of a prompt, never the whole prompt: the last token must be
+        computed, since its forward is what produces the first output token."""
+        raise NotImplementedError("ch08: Longest cached prefix of a prompt, never the whole prompt: the last token must be")
+
+    def lock(self, handle: BaseCacheHandle) -> None:
+        self.prefix_cache.lock_handle(handle)
+
+    def unlock(self, handle: BaseCacheHandle) -> None:
+        self.prefix_cache.lock_handle(handle, unlock=True)
+
+    # ----- allocation ---------------------------------------------------------------------
+
+    def allocate_paged(self, reqs: list[Req]) -> None:
+        """Give every request the pages its next forward writes into.
+
+        A request owns pages [0, ceil(cached_len / page)) already; positions up to device_len
+        need pages up to ceil(device_len / page). All new slots go into the page table in one
+        indexed write.
+        """
+        raise NotImplementedError("ch08: Give every request the pages its next forward writes into.")
+
+    def _take_pages(self, num_pages: int) -> torch.Tensor:
+        raise NotImplementedError("ch08: implement CacheManager._take_pages")
+
+    def _free_slots(self, slots: torch.Tensor) -> None:
+        """Return the pages starting at these page-aligned slots (one entry per token)."""
+        raise NotImplementedError("ch08: Return the pages starting at these page-aligned slots (one entry per token).")
+
+    @contextmanager
+    def lazy_free_region(self) -> Iterator[None]:
+        """Batch every free inside the block into one concatenation at its end."""
+        raise NotImplementedError("ch08: Batch every free inside the block into one concatenation at its end.")
+
+    # ----- handing a request's KV to the prefix cache -------------------------------------
+
+    def cache_req(self, req: Req, *, finished: bool) -> None:
+        """Insert the request's computed prefix into the prefix cache and settle its pages.
+
+        The slots [0, req.cached_len) of the request's row fall into four regions:
+
+        - [0, old)       matched from the cache at admission (locked by this request);
+        - [old, shared)  computed here, but meanwhile cached by another request: duplicates,
+                         freed (and, if the request goes on, its row is pointed at the cache's);
+        - [shared, new)  newly inserted into the cache: the cache owns them now;
+        - [new, cached)  the sub-page tail, too short to cache: freed if the request finished,
+                         else kept by the request.
+
+        where old = the handle's cached_len at admission, shared = how much of the insert was
+        already cached, and new = the inserted length (cached_len rounded down to a page).
+        """
+        raise NotImplementedError("ch08: Insert the request's computed prefix into the prefix cache and settle its pages.")
+
+    # ----- checks -------------------------------------------------------------------------
+
+    def check_integrity(self) -> None:
+        """With no request running, every page is either free or in the prefix cache."""
+        raise NotImplementedError("ch08: With no request running, every page is either free or in the prefix cache.")

@@ -1,0 +1,134 @@
+"""The radix prefix cache: a tree of token sequences whose K/V are still in the pool.
+
+Each edge holds a run of tokens and the KV slots they were computed into. A new request walks
+the tree from the root along its prompt; every token matched is a token it need not compute.
+Nodes are shared by all requests with that prefix, so a request *locks* its path while it runs
+(a reference count on every node up to the root) and only unlocked leaves may be evicted, least
+recently used first.
+
+With page_size > 1 the tree works in whole pages: keys are cut to a multiple of the page size,
+and a node is only ever split on a page boundary, so every node's slots are whole pages that
+can go back to the free list as pages.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass, field
+
+import torch
+
+from minisgl.kvcache.base import BaseCacheHandle, BasePrefixCache, MatchResult, SizeInfo
+
+_clock = itertools.count()  # a logical clock for LRU order: no two accesses tie
+
+
+@dataclass(eq=False)
+class RadixNode:
+    key: torch.Tensor  # token ids on the edge from the parent (CPU, int32)
+    value: torch.Tensor  # their KV slots (on the pool's device)
+    parent: RadixNode | None = None
+    children: dict[tuple[int, ...], RadixNode] = field(default_factory=dict)
+    ref_count: int = 0  # running requests whose matched path goes through this node
+    last_access: int = field(default_factory=lambda: next(_clock))
+
+    @property
+    def is_leaf(self) -> bool:
+        return not self.children
+
+
+@dataclass(frozen=True)
+class RadixCacheHandle(BaseCacheHandle):
+    node: RadixNode = field(compare=False)
+
+
+class RadixPrefixCache(BasePrefixCache):
+    def __init__(self, device: torch.device, page_size: int = 1) -> None:
+        self.device = device
+        self.page_size = page_size
+        empty = torch.empty(0, dtype=torch.int32)
+        self.root = RadixNode(key=empty, value=empty.to(device), ref_count=1)  # never evicted
+        self._evictable_size = 0
+        self._protected_size = 0
+
+    # ----- lookup -------------------------------------------------------------------------
+
+    def _child_key(self, ids: torch.Tensor) -> tuple[int, ...]:
+        """Children are told apart by their first page of tokens."""
+        return tuple(ids[: self.page_size].tolist())
+
+    def _match_len(self, key: torch.Tensor, ids: torch.Tensor) -> int:
+        """Length of the common prefix of key and ids, rounded down to whole pages."""
+        raise NotImplementedError("ch09: Length of the common prefix of key and ids, rounded down to whole pages.")
+
+    def _walk(self, ids: torch.Tensor) -> tuple[RadixNode, int]:
+        """Follow ids down the tree, splitting the last edge where the match ends inside it.
+
+        Returns the deepest node reached and the number of tokens matched (a page multiple).
+        """
+        raise NotImplementedError("ch09: Follow ids down the tree, splitting the last edge where the match ends inside it.")
+
+    def _split(self, node: RadixNode, at: int) -> RadixNode:
+        """Cut node's edge after `at` tokens; return the new upper node (node stays below)."""
+        raise NotImplementedError("ch09: Cut node's edge after `at` tokens; return the new upper node (node stays below).")
+
+    def _path_values(self, node: RadixNode) -> torch.Tensor:
+        parts = []
+        while node.parent is not None:
+            parts.append(node.value)
+            node = node.parent
+        return torch.cat(parts[::-1]) if parts else self.root.value
+
+    def match_prefix(self, input_ids: torch.Tensor) -> MatchResult:
+        raise NotImplementedError("ch09: implement RadixPrefixCache.match_prefix")
+
+    # ----- locking ------------------------------------------------------------------------
+
+    def lock_handle(self, handle: BaseCacheHandle, unlock: bool = False) -> None:
+        raise NotImplementedError("ch09: implement RadixPrefixCache.lock_handle")
+
+    # ----- insertion ----------------------------------------------------------------------
+
+    def insert_prefix(self, input_ids: torch.Tensor,
+                      indices: torch.Tensor) -> tuple[int, BaseCacheHandle]:
+        raise NotImplementedError("ch09: implement RadixPrefixCache.insert_prefix")
+
+    # ----- eviction -----------------------------------------------------------------------
+
+    def evict(self, num_tokens: int) -> torch.Tensor:
+        raise NotImplementedError("ch09: implement RadixPrefixCache.evict")
+
+    # ----- accounting ---------------------------------------------------------------------
+
+    def _nodes(self) -> list[RadixNode]:
+        stack, nodes = [self.root], []
+        while stack:
+            node = stack.pop()
+            nodes.append(node)
+            stack.extend(node.children.values())
+        return nodes
+
+    @property
+    def size_info(self) -> SizeInfo:
+        return SizeInfo(evictable_size=self._evictable_size, protected_size=self._protected_size)
+
+    def check_integrity(self) -> None:
+        evictable = protected = 0
+        for node in self._nodes():
+            if node is self.root:
+                continue
+            if len(node.key) != len(node.value) or len(node.key) % self.page_size:
+                raise RuntimeError(f"radix node with {len(node.key)} tokens and "
+                                   f"{len(node.value)} slots (page_size {self.page_size})")
+            assert node.parent is not None
+            if node.parent is not self.root and node.parent.ref_count < node.ref_count:
+                raise RuntimeError("a node is locked more often than its parent")
+            if node.ref_count:
+                protected += len(node.key)
+            else:
+                evictable += len(node.key)
+        if (evictable, protected) != (self._evictable_size, self._protected_size):
+            raise RuntimeError(
+                f"radix size accounting is off: counted evictable={evictable}, "
+                f"protected={protected}; recorded {self._evictable_size}, {self._protected_size}")

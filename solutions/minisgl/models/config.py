@@ -1,0 +1,78 @@
+"""The model's shape, read from a Hugging Face config.json.
+
+Llama, Qwen2 and Qwen3 share one decoder; they differ in a few switches, which this module
+derives from the architecture name so the decoder code never asks "which model am I?".
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from minisgl.utils import ModelNotFoundError
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    rope_scaling: dict[str, Any] | None  # e.g. {"rope_type": "llama3", "factor": 8.0, ...}
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    qkv_bias: bool  # Qwen2: bias on the q, k and v projections
+    o_bias: bool  # Llama with attention_bias: bias on the output projection too
+    qk_norm: bool  # Qwen3: RMSNorm on each head of q and k before RoPE
+    eos_token_ids: tuple[int, ...]
+
+    @classmethod
+    def from_dir(cls, model_dir: str | Path) -> ModelConfig:
+        path = Path(model_dir) / "config.json"
+        if not Path(model_dir).is_dir():
+            raise ModelNotFoundError(f"model directory {model_dir} does not exist "
+                                     "(provision the course models with `python tools/provision.py`)")
+        if not path.is_file():
+            raise ModelNotFoundError(f"{path} is missing: is {model_dir} a Hugging Face model "
+                                     "directory?")
+        return cls.from_hf(json.loads(path.read_text()))
+
+    @classmethod
+    def from_hf(cls, hf: dict[str, Any]) -> ModelConfig:
+        architecture = (hf.get("architectures") or [hf.get("model_type", "unknown")])[0]
+        # transformers >= 5 writes RoPE settings as `rope_parameters`; older files use
+        # `rope_theta` and `rope_scaling` at the top level.
+        rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
+        rope_theta = float(rope.pop("rope_theta", hf.get("rope_theta", 10000.0)))
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        rope_scaling = None if rope_type == "default" else {**rope, "rope_type": rope_type}
+        attention_bias = bool(hf.get("attention_bias", False))
+        eos = hf.get("eos_token_id")
+        eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
+        return cls(
+            architecture=architecture,
+            vocab_size=hf["vocab_size"],
+            hidden_size=hf["hidden_size"],
+            intermediate_size=hf["intermediate_size"],
+            num_layers=hf["num_hidden_layers"],
+            num_heads=hf["num_attention_heads"],
+            num_kv_heads=hf.get("num_key_value_heads", hf["num_attention_heads"]),
+            head_dim=hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"],
+            rms_norm_eps=hf["rms_norm_eps"],
+            rope_theta=rope_theta,
+            rope_scaling=rope_scaling,
+            max_position_embeddings=hf.get("max_position_embeddings", 4096),
+            tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
+            qkv_bias=architecture == "Qwen2ForCausalLM" or attention_bias,
+            o_bias=architecture != "Qwen2ForCausalLM" and attention_bias,
+            qk_norm=architecture == "Qwen3ForCausalLM",
+            eos_token_ids=eos_ids,
+        )
