@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import ast
 import hashlib
+import io
 import json
 import os
 import posixpath
@@ -437,12 +438,12 @@ def clean_output(text: str) -> str:
     return "".join(line.rsplit("\r", 1)[-1].rstrip() + "\n" for line in text.splitlines())
 
 
-def run_main(course: Course, m: Manifest, root: Path, timeout: float, jobs: int = 1) -> Run:
-    """Run a main through tools/run_main.py, which prints a secret token when the main ends:
-    a tree that exits early with status 0 (os._exit(0) at import, say) does not pass."""
+def run_main(course: Course, main: str, root: Path, timeout: float, jobs: int = 1) -> Run:
+    """Run a main (examples/...py) through tools/run_main.py, which prints a secret token when
+    the main ends: a tree that exits early with status 0 (os._exit(0) at import) does not pass."""
     token = secrets.token_hex(8)
     env = dict(tree_env(root, jobs), MINISGL_RUN_TOKEN=token)
-    cmd = [sys.executable, str(TOOLS / "run_main.py"), str(course.root / m.main)]
+    cmd = [sys.executable, str(TOOLS / "run_main.py"), str(course.root / main)]
     rc, out, err, seconds = run_process(cmd, course.root, env, timeout)
     if rc is None:
         verdict = f"timed out after {timeout:.0f} s"
@@ -450,7 +451,7 @@ def run_main(course: Course, m: Manifest, root: Path, timeout: float, jobs: int 
         verdict = f"crashed (exit {rc}): {last_line(err or out)}"
     else:
         verdict = "passed" if f"run_main: finished {token}" in err else "exited before its end"
-    return Run(m.main, seconds, verdict, clean_output(out))
+    return Run(main, seconds, verdict, clean_output(out))
 
 
 def parse_junit(path: Path) -> list[TestCase]:
@@ -680,7 +681,7 @@ def cmd_test(course: Course, k: int, strict: bool, main_timeout: float, test_tim
     if edited:
         return verdict(False, f"{', '.join(edited)} differ from the committed version "
                               "(restore with `git checkout -- <file>`)")
-    runs = [run_main(course, m, root, main_timeout)]
+    runs = [run_main(course, m.main, root, main_timeout)]
     runs += [run_tests(course, c.tests, root, test_timeout) for c in chapters]
     for run in runs:
         show(run)
@@ -702,8 +703,9 @@ def cmd_test(course: Course, k: int, strict: bool, main_timeout: float, test_tim
     return verdict(False, f"{len(failed)} of {len(runs)} runs failed")
 
 
-def cmd_tree(course: Course, k: int) -> int:
-    """The file tree of snapshot k, marking new / modified / brought in early."""
+def tree_of(course: Course, k: int) -> tuple[Tree, str]:
+    """The file tree of snapshot k, marking new / modified / brought in early, and the
+    "Files so far" line."""
     styles = {"new": "green", "modified": "yellow", "early": "blue"}
     tree = Tree(f"minisgl/  (snapshot {k}: {course.chapter(k).name})")
     folders: dict[str, Tree] = {"": tree}
@@ -717,11 +719,24 @@ def cmd_tree(course: Course, k: int) -> int:
         early = [s for s, owner in course.stubs_in(path)
                  if owner > k and course.early_start(path, s) <= k and mark != "early"]
         folders[folder].add(label + (f"  [blue](early: {', '.join(early)})[/]" if early else ""))
-    console.print(tree)
     counts = {mark: sum(course.mark(p, k) == mark for p in files) for mark in styles}
-    console.print(f"Files so far: {len(files)} ({counts['new']} new, "
-                  f"{counts['modified']} modified, {counts['early']} brought in early)")
+    return tree, (f"Files so far: {len(files)} ({counts['new']} new, {counts['modified']} "
+                  f"modified, {counts['early']} brought in early)")
+
+
+def cmd_tree(course: Course, k: int) -> int:
+    tree, counts = tree_of(course, k)
+    console.print(tree)
+    console.print(counts)
     return 0
+
+
+def render_tree(k: int, root: Path = ROOT) -> str:
+    """Plain text for the site: the "Files so far" line, then the tree (no colours)."""
+    tree, counts = tree_of(Course.load(root), k)
+    plain = Console(file=io.StringIO(), width=120, color_system=None, highlight=False)
+    plain.print(tree)
+    return counts + "\n" + plain.file.getvalue()
 
 
 # --- maintainer commands --------------------------------------------------------------------------
@@ -735,18 +750,25 @@ def check_chapter(course: Course, m: Manifest,
     build = course.root / "build" / "steps"
     ref = build_snapshot(course, k, "reference", build / f"{k:02d}")
     skel = build_snapshot(course, k, "skeleton", build / f"{k:02d}-skeleton")
+    # The last chapter of a stage also runs the stage's milestone: the stage page reads it.
+    milestone = f"examples/stage{m.stage}_milestone.py"
+    last_of_stage = k == max(j for j, c in course.chapters.items() if c.stage == m.stage)
+    mains = [m.main] + ([milestone] if last_of_stage and (course.root / milestone).is_file() else [])
     with ThreadPoolExecutor(args.jobs) as pool:
         jobs = [pool.submit(run_tests, course, m.tests, ref.root, args.test_timeout, args.jobs),
-                pool.submit(run_tests, course, m.tests, skel.root, args.test_timeout, args.jobs),
-                pool.submit(run_main, course, m, ref.root, args.main_timeout, args.jobs)]
-        ref_tests, skel_tests, main = (job.result() for job in jobs)
+                pool.submit(run_tests, course, m.tests, skel.root, args.test_timeout, args.jobs)]
+        jobs += [pool.submit(run_main, course, path, ref.root, args.main_timeout, args.jobs)
+                 for path in mains]
+        ref_tests, skel_tests, *main_runs = (job.result() for job in jobs)
     problems = []
-    if main.ok:
-        output = course.root / "docs" / "_outputs" / f"{m.name}.txt"
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(main.output, "utf-8")
-    else:
-        problems.append(f"reference main: {main.verdict}")
+    for run in main_runs:
+        if run.ok:
+            output = course.root / "docs" / "_outputs" / f"{Path(run.label).stem}.txt"
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(run.output, "utf-8")
+        else:
+            problems.append(f"reference main {run.label}: {run.verdict}")
+    main = main_runs[0]
     if not ref_tests.ok:
         failed = ", ".join(c.name for c in ref_tests.tests if c.outcome in FAILED)
         problems.append(f"reference tests: {ref_tests.verdict} {failed}")

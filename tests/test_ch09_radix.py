@@ -1,0 +1,363 @@
+"""Chapter 9 tests: the radix prefix cache, on its own and inside the engine.
+
+The unit tests drive RadixPrefixCache directly with made-up token ids and slots: matching
+splits an edge where a prompt diverges, insert reports how much was cached already, locks move
+tokens between "evictable" and "protected", eviction takes least recently used unlocked leaves,
+and with page_size > 1 everything happens in whole pages. The engine tests check what the cache
+is for: prompts that share a prefix compute only what is new, nothing leaks, and the output
+still equals transformers' greedy `generate`. Overlap scheduling is chapter 11: it stays off.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY_MODELS, hf_greedy_cached, load_tokenizer
+
+from minisgl.core import SamplingParams
+from minisgl.kvcache.radix_cache import RadixPrefixCache
+from minisgl.llm import LLM
+
+CPU = torch.device("cpu")
+QWEN3 = TINY_MODELS["qwen3"]
+
+
+def ids(*tokens: int) -> torch.Tensor:
+    return torch.tensor(tokens, dtype=torch.int32)
+
+
+def slots(start: int, n: int) -> torch.Tensor:
+    return torch.arange(start, start + n, dtype=torch.int32)
+
+
+def sizes(cache: RadixPrefixCache) -> tuple[int, int]:
+    info = cache.size_info
+    return info.evictable_size, info.protected_size
+
+
+# --- matching and inserting ------------------------------------------------------------------
+
+
+def test_match_on_an_empty_cache_finds_nothing():
+    cache = RadixPrefixCache(CPU)
+    match = cache.match_prefix(ids(1, 2, 3))
+    assert match.handle.cached_len == 0 and len(match.indices) == 0
+    assert sizes(cache) == (0, 0)
+
+
+def test_match_splits_the_edge_where_a_prompt_diverges():
+    cache = RadixPrefixCache(CPU)
+    cache.insert_prefix(ids(1, 2, 3, 4), slots(10, 4))
+    match = cache.match_prefix(ids(1, 2, 9))
+    assert match.handle.cached_len == 2
+    assert match.indices.tolist() == [10, 11]
+    # the edge [1, 2, 3, 4] is now [1, 2] -> [3, 4]
+    (upper,) = cache.root.children.values()
+    assert upper.key.tolist() == [1, 2] and upper.value.tolist() == [10, 11]
+    (lower,) = upper.children.values()
+    assert lower.key.tolist() == [3, 4] and lower.value.tolist() == [12, 13]
+    assert lower.parent is upper and upper.parent is cache.root
+    assert match.handle.node is upper
+    full = cache.match_prefix(ids(1, 2, 3, 4, 5))
+    assert full.handle.cached_len == 4 and full.indices.tolist() == [10, 11, 12, 13]
+    assert sizes(cache) == (4, 0), "splitting an edge neither adds nor drops tokens"
+    cache.check_integrity()
+
+
+def test_insert_returns_how_much_was_already_cached():
+    cache = RadixPrefixCache(CPU)
+    shared, handle = cache.insert_prefix(ids(1, 2, 3), slots(10, 3))
+    assert (shared, handle.cached_len) == (0, 3)
+    shared, handle = cache.insert_prefix(ids(1, 2, 3, 4, 5), slots(20, 5))
+    assert (shared, handle.cached_len) == (3, 5), "[1, 2, 3] was there; slots 20..22 are copies"
+    shared, handle = cache.insert_prefix(ids(1, 2, 7), slots(30, 3))
+    assert (shared, handle.cached_len) == (2, 3)
+    shared, _ = cache.insert_prefix(ids(1, 2, 3, 4, 5), slots(40, 5))
+    assert shared == 5
+    # the first copy of each token is the one kept
+    assert cache.match_prefix(ids(1, 2, 3, 4, 5)).indices.tolist() == [10, 11, 12, 23, 24]
+    assert cache.match_prefix(ids(1, 2, 7)).indices.tolist() == [10, 11, 32]
+    assert sizes(cache) == (6, 0)
+    cache.check_integrity()
+
+
+def test_a_locked_handle_still_covers_its_whole_prefix_after_a_split():
+    cache = RadixPrefixCache(CPU)
+    _, handle = cache.insert_prefix(ids(5, 6, 7, 8), slots(0, 4))
+    cache.lock_handle(handle)
+    cache.insert_prefix(ids(5, 6, 9), slots(4, 3))  # splits [5, 6, 7, 8] under the lock
+    assert sizes(cache) == (1, 4), "both halves of the split edge stay locked"
+    cache.check_integrity()
+    match = cache.match_prefix(ids(5, 6, 7, 8))
+    assert match.handle.cached_len == handle.cached_len == 4
+    cache.lock_handle(handle, unlock=True)  # the old handle unlocks all four tokens
+    assert sizes(cache) == (5, 0)
+    cache.check_integrity()
+
+
+# --- locking ---------------------------------------------------------------------------------
+
+
+def test_lock_protects_a_path_and_unlock_makes_it_evictable_again():
+    cache = RadixPrefixCache(CPU)
+    cache.insert_prefix(ids(1, 2, 3, 4), slots(10, 4))
+    cache.insert_prefix(ids(1, 2, 5), slots(20, 3))  # [1, 2] -> [3, 4] and [5]
+    assert sizes(cache) == (5, 0)
+    long = cache.match_prefix(ids(1, 2, 3, 4)).handle
+    short = cache.match_prefix(ids(1, 2, 5)).handle
+    cache.lock_handle(long)
+    assert sizes(cache) == (1, 4), "the locked path [1, 2, 3, 4] is protected, [5] is not"
+    cache.lock_handle(short)
+    assert sizes(cache) == (0, 5)
+    cache.lock_handle(long, unlock=True)
+    assert sizes(cache) == (2, 3), "[1, 2] stays protected while `short` holds it"
+    cache.check_integrity()
+    cache.lock_handle(short, unlock=True)
+    assert sizes(cache) == (5, 0)
+    cache.check_integrity()
+
+
+def test_locking_the_same_prefix_twice_needs_two_unlocks():
+    cache = RadixPrefixCache(CPU)
+    _, handle = cache.insert_prefix(ids(1, 2, 3), slots(0, 3))
+    cache.lock_handle(handle)
+    cache.lock_handle(handle)
+    cache.lock_handle(handle, unlock=True)
+    assert sizes(cache) == (0, 3)
+    cache.lock_handle(handle, unlock=True)
+    assert sizes(cache) == (3, 0)
+    cache.check_integrity()
+
+
+# --- eviction --------------------------------------------------------------------------------
+
+
+def test_eviction_takes_the_least_recently_used_unlocked_leaf_first():
+    cache = RadixPrefixCache(CPU)
+    cache.insert_prefix(ids(1, 1), slots(10, 2))
+    cache.insert_prefix(ids(2, 2), slots(20, 2))
+    cache.insert_prefix(ids(3, 3), slots(30, 2))
+    cache.match_prefix(ids(1, 1))  # [1, 1] is now the most recently used
+    assert sorted(cache.evict(2).tolist()) == [20, 21]
+    assert cache.match_prefix(ids(2, 2)).handle.cached_len == 0
+    assert sorted(cache.evict(1).tolist()) == [30, 31], "whole leaves are evicted"
+    assert sizes(cache) == (2, 0)
+    assert cache.match_prefix(ids(1, 1)).handle.cached_len == 2
+    cache.check_integrity()
+
+
+def test_locked_nodes_are_never_evicted():
+    cache = RadixPrefixCache(CPU)
+    _, locked = cache.insert_prefix(ids(1, 2, 3), slots(10, 3))
+    cache.insert_prefix(ids(4, 5), slots(20, 2))
+    cache.match_prefix(ids(4, 5))  # the unlocked one is the most recently used: still first
+    cache.lock_handle(locked)
+    assert sorted(cache.evict(2).tolist()) == [20, 21]
+    assert sizes(cache) == (0, 3)
+    with pytest.raises(Exception) as error:  # nothing evictable is left
+        cache.evict(1)
+    assert not isinstance(error.value, NotImplementedError)
+    assert cache.match_prefix(ids(1, 2, 3)).indices.tolist() == [10, 11, 12]
+    cache.lock_handle(locked, unlock=True)
+    cache.check_integrity()
+
+
+def test_evicting_a_leaf_can_make_its_parent_an_evictable_leaf():
+    cache = RadixPrefixCache(CPU)
+    cache.insert_prefix(ids(1, 2, 3, 4), slots(10, 4))
+    cache.insert_prefix(ids(1, 2, 5, 6), slots(20, 4))  # [1, 2] -> [3, 4] and [5, 6]
+    assert sizes(cache) == (6, 0)
+    freed = cache.evict(6)
+    assert sorted(freed.tolist()) == [10, 11, 12, 13, 22, 23], "both leaves, then their parent"
+    assert sizes(cache) == (0, 0)
+    assert not cache.root.children
+    cache.check_integrity()
+
+
+def test_eviction_keeps_the_parent_of_a_locked_leaf():
+    cache = RadixPrefixCache(CPU)
+    cache.insert_prefix(ids(1, 2, 3, 4), slots(10, 4))
+    _, locked = cache.insert_prefix(ids(1, 2, 5, 6), slots(20, 4))
+    cache.lock_handle(locked)
+    assert sizes(cache) == (2, 4)
+    assert sorted(cache.evict(2).tolist()) == [12, 13]
+    assert sizes(cache) == (0, 4)
+    assert cache.match_prefix(ids(1, 2, 5, 6)).indices.tolist() == [10, 11, 22, 23]
+    cache.lock_handle(locked, unlock=True)
+    cache.check_integrity()
+
+
+# --- pages -----------------------------------------------------------------------------------
+
+
+def test_with_page_size_4_only_whole_pages_are_cached_and_matched():
+    cache = RadixPrefixCache(CPU, page_size=4)
+    tokens = ids(*range(100, 110))  # 10 tokens: two whole pages and a tail of 2
+    shared, handle = cache.insert_prefix(tokens, slots(40, 10))
+    assert (shared, handle.cached_len) == (0, 8), "a 10-token insert caches 8"
+    assert sizes(cache) == (8, 0)
+    assert cache.match_prefix(tokens).handle.cached_len == 8
+    assert cache.match_prefix(tokens[:7]).handle.cached_len == 4, "matches round down to pages"
+    diverging = tokens.clone()
+    diverging[6] = 1  # differs inside the second page
+    match = cache.match_prefix(diverging)
+    assert match.handle.cached_len == 4 and match.indices.tolist() == [40, 41, 42, 43]
+    shared, handle = cache.insert_prefix(diverging, slots(60, 10))
+    assert (shared, handle.cached_len) == (4, 8)
+    for node in cache._nodes():
+        assert len(node.key) % 4 == 0 and len(node.value) == len(node.key), \
+            "every node holds whole pages"
+    assert sizes(cache) == (12, 0)
+    freed = cache.evict(4)
+    assert len(freed) == 4 and int(freed[0]) % 4 == 0, "a page is evicted whole"
+    cache.check_integrity()
+
+
+# --- in the engine ---------------------------------------------------------------------------
+
+
+def config(page_size: int = 1, **overrides) -> dict:
+    return dict(cache_type="radix", enable_overlap=False, device="cpu", show_progress=False,
+                page_size=page_size, num_pages=2048 // page_size, max_running_req=8) | overrides
+
+
+def generate(llm: LLM, prompts: list[list[int]], params) -> list[dict]:
+    """LLM.generate, after which nothing may run, be locked or leak."""
+    outputs = llm.generate(prompts, params)
+    scheduler = llm.scheduler
+    assert not scheduler.has_work
+    scheduler.cache_manager.check_integrity()
+    cached = scheduler.cache_manager.prefix_cache.size_info
+    assert cached.protected_size == 0, "a finished request still locks its prefix"
+    assert scheduler.cache_manager.num_free_pages * scheduler.config.page_size + \
+        cached.total_size == scheduler.cache_manager.num_pages * scheduler.config.page_size
+    return outputs
+
+
+def greedy(max_tokens: int) -> SamplingParams:
+    return SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+SYSTEM_PROMPT = (
+    "You are the helpful assistant of a small bakery in the old town. You answer questions "
+    "about opening hours, bread, cakes, pastries and prices politely and briefly, you suggest "
+    "something from the menu when a customer is unsure, and you never invent products that are "
+    "not on the menu. ")
+QUESTIONS = ["Question: When do you open?", "Question: Do you sell rye bread?",
+             "Question: How much is a croissant?", "Question: Can I order a birthday cake?"]
+
+
+@pytest.mark.slow  # SmolLM2 (30 layers) here and in transformers: ~4 s, 20 s on a busy machine
+def test_a_shared_system_prompt_is_computed_once(smollm2_dir):
+    tokenizer = load_tokenizer(smollm2_dir)
+    prompts = [tokenizer.encode(SYSTEM_PROMPT + q) for q in QUESTIONS]
+    system_len = len(tokenizer.encode(SYSTEM_PROMPT))
+    assert system_len >= 50, "a long shared prefix"
+    max_tokens = 3
+    with LLM(str(smollm2_dir), **config(max_running_req=4)) as llm:
+        stats = llm.scheduler.stats
+        generate(llm, prompts[:1], greedy(max_tokens))
+        assert stats.computed_prompt_tokens == stats.prompt_tokens == len(prompts[0]), \
+            "the first request finds nothing cached"
+        first_seq = prompts[0]  # its prompt (and output) are in the cache now
+        total_before, computed_before = stats.prompt_tokens, stats.computed_prompt_tokens
+        outputs = generate(llm, prompts[1:], greedy(max_tokens))
+        total = stats.prompt_tokens - total_before
+        computed = stats.computed_prompt_tokens - computed_before
+    expected = sum(len(p) - common_prefix(p, first_seq) for p in prompts[1:])
+    assert computed == expected, (
+        f"prefill computed {computed} of {total} prompt tokens; only the {expected} tokens "
+        f"after the shared system prompt are new")
+    assert computed < total - 2 * system_len
+    for p, out in zip(prompts[1:], outputs):
+        assert out["token_ids"] == hf_greedy_cached(smollm2_dir, p, max_tokens)
+
+
+@pytest.fixture(scope="module")
+def llms():
+    cache: dict[tuple, LLM] = {}
+
+    def get(model_dir: Path, **overrides) -> LLM:
+        key = (model_dir, tuple(sorted(overrides.items())))
+        if key not in cache:
+            cache[key] = LLM(str(model_dir), **config(**overrides))
+        return cache[key]
+
+    return get
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_two_requests_with_the_same_prefix_prefilled_together_leak_nothing(page_size):
+    """Neither finds the other in the cache at admission, so both compute the shared prefix;
+    when the second is cached, its copy of the prefix must be freed, not leaked."""
+    tokenizer = load_tokenizer(QWEN3)
+    prefix = tokenizer.encode("Once upon a time, in a small village by the sea, there lived")
+    prompts = [prefix + tokenizer.encode(" an old fisherman"), prefix + tokenizer.encode(" a cat"),
+               prefix + tokenizer.encode(" a cat")]  # the last two are the same prompt
+    llm = LLM(str(QWEN3), **config(page_size))
+    outputs = generate(llm, prompts, [greedy(4), greedy(7), greedy(2)])
+    steps = llm.scheduler.stats.steps
+    assert steps[0] == ("prefill", 3, sum(len(p) for p in prompts)), "prefilled at once"
+    for p, out in zip(prompts, outputs):
+        assert out["token_ids"] == hf_greedy_cached(QWEN3, p, len(out["token_ids"]))
+    cached = llm.scheduler.cache_manager.prefix_cache.size_info.total_size
+    assert cached < sum(len(p) for p in prompts[:2]), "the shared prefix is cached once"
+    # the cache serves the prefix to a later request
+    again = generate(llm, [prefix + tokenizer.encode(" a dog")], greedy(3))
+    assert again[0]["token_ids"] == hf_greedy_cached(QWEN3, again[0]["prompt_token_ids"], 3)
+    reused = llm.scheduler.stats.prompt_tokens - llm.scheduler.stats.computed_prompt_tokens
+    assert reused >= (len(prefix) - 1) // page_size * page_size
+
+
+MIXED = ["The capital of France is",
+         "The capital of France is Paris, and the capital of Italy is",
+         "def fibonacci(n):",
+         "def fibonacci(n):\n    if n < 2:\n        return n",
+         "Once upon a time, in a small village by the sea, there lived an old fisherman who"]
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_greedy_matches_transformers_with_the_radix_cache(tiny_model_dir, page_size, llms):
+    """Three rounds over one engine: cold prompts; prompts extending earlier ones (and one
+    repeated exactly, fully cached); then an earlier prompt followed by its own output."""
+    llm = llms(tiny_model_dir, page_size=page_size)
+    tokenizer = load_tokenizer(tiny_model_dir)
+    stats = llm.scheduler.stats
+    first = [tokenizer.encode(p) for p in MIXED[0::2]]
+    second = [tokenizer.encode(p) for p in MIXED[1::2]] + [first[2]]
+    outs = generate(llm, first, [greedy(n) for n in (5, 9, 3)])
+    computed_before = stats.computed_prompt_tokens
+    outs += generate(llm, second, [greedy(n) for n in (6, 4, 8)])
+    if page_size == 1:
+        assert stats.computed_prompt_tokens - computed_before < sum(map(len, second)) // 2
+    third = [first[0] + outs[0]["token_ids"]]  # the prompt and its output are cached
+    outs += generate(llm, third, [greedy(5)])
+    for prompt, out in zip(first + second + third, outs):
+        assert out["token_ids"] == hf_greedy_cached(tiny_model_dir, prompt, len(out["token_ids"]))
+
+
+def test_a_full_pool_evicts_old_prefixes_and_outputs_stay_right():
+    page_size, num_pages = 4, 20  # 80 slots: a few requests' worth
+    llm = LLM(str(QWEN3), **config(page_size, num_pages=num_pages, max_running_req=4))
+    cache = llm.scheduler.cache_manager.prefix_cache
+    evicted: list[int] = []
+    evict = cache.evict
+    cache.evict = lambda num_tokens: evicted.append(num_tokens) or evict(num_tokens)
+    tokenizer = load_tokenizer(QWEN3)
+    for i in range(4):
+        prompts = [tokenizer.encode(f"Story {i}: once upon a time there was a {animal} who")
+                   for animal in ("fox", "bear")]
+        outputs = generate(llm, prompts, greedy(8))
+        for p, out in zip(prompts, outputs):
+            assert out["token_ids"] == hf_greedy_cached(QWEN3, p, 8)
+    assert sum(evicted) > 0, "old prefixes must be evicted to make room"
+    assert cache.size_info.total_size <= num_pages * page_size

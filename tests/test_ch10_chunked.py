@@ -1,0 +1,273 @@
+"""Chapter 10 tests: chunked prefill under a token budget (max_extend_tokens).
+
+A prompt longer than the budget is prefilled in chunks: each chunk is a ChunkedReq that only
+fills the KV cache and samples nothing, and between two chunks the running requests get a
+decode step. The chunk sizes are read from the scheduler's step records (`stats.steps`), and
+the output must not change: chunked equals unchunked equals transformers' greedy `generate`.
+Overlap scheduling is chapter 11: it stays off.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY_MODELS, hf_greedy_cached, load_tokenizer
+
+from minisgl.core import Req, SamplingParams
+from minisgl.kvcache import NaivePrefixCache
+from minisgl.llm import LLM
+from minisgl.scheduler import Scheduler, SchedulerConfig, TableManager
+from minisgl.scheduler.cache import CacheManager
+from minisgl.scheduler.prefill import ChunkedReq, PrefillAdder
+from minisgl.scheduler.utils import PendingReq
+from minisgl.utils import div_ceil
+
+CPU = torch.device("cpu")
+QWEN3 = TINY_MODELS["qwen3"]
+MAX_STEPS = 500  # a scheduler that has not finished by then is stuck
+PROMPTS = ["The capital of France is",
+           "def fibonacci(n):",
+           "Once upon a time, in a small village by the sea, there lived an old fisherman who",
+           "Hi"]
+LONG_TEXT = (
+    "The history of bread goes back at least thirty thousand years. Early people ground wild "
+    "grains between stones, mixed the flour with water and baked flat cakes on hot rocks. "
+    "When farming began in the Fertile Crescent, wheat and barley were planted on purpose, and "
+    "bread became a daily food. The Egyptians learned to let dough rise with wild yeast, and "
+    "their bakers made dozens of kinds of loaves, some sweetened with honey or dates. The "
+    "Greeks and Romans built public ovens, and in Rome bakers formed a guild whose members "
+    "were counted among the most important craftsmen of the city. In the Middle Ages the "
+    "colour of a loaf showed the rank of the person eating it: white bread for the rich, dark "
+    "rye and barley bread for everyone else. Mills driven by water and wind made flour "
+    "cheaper, and towns passed laws on the weight and price of bread. The industrial age "
+    "brought steel roller mills, commercial yeast and sliced bread in paper wrappers, while "
+    "today small bakeries are rediscovering sourdough, whole grains and long fermentation. "
+    "A good sourdough starts with a culture of flour and water that is fed every day until it "
+    "bubbles. The baker mixes it with more flour, water and salt, folds the dough every half "
+    "hour, and leaves it to rise slowly in a cool place, often overnight. The long rest lets "
+    "bacteria produce the acids that give the bread its tangy taste and help it keep for "
+    "days. Before baking, the loaf is scored with a sharp blade so that it can open in the "
+    "oven, and it is baked hot, with steam for the first minutes, until the crust is deep "
+    "brown and the bottom sounds hollow when tapped. Many bakers say that patience is the "
+    "most important ingredient, and that no two loaves are ever exactly the same.")
+
+
+def config(page_size: int = 1, **overrides) -> dict:
+    return dict(cache_type="naive", enable_overlap=False, device="cpu", show_progress=False,
+                page_size=page_size, num_pages=2048 // page_size, max_running_req=8) | overrides
+
+
+def greedy(max_tokens: int) -> SamplingParams:
+    return SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+
+
+def generate(llm: LLM, prompts: list[list[int]], params) -> list[dict]:
+    """LLM.generate, after which the scheduler must be idle and no page leaked."""
+    outputs = llm.generate(prompts, params)
+    assert not llm.scheduler.has_work
+    llm.scheduler.cache_manager.check_integrity()
+    return outputs
+
+
+def run(scheduler: Scheduler, max_steps: int = MAX_STEPS) -> list[list]:
+    """Step until idle; each step's TokenOutputs."""
+    steps = []
+    while scheduler.has_work:
+        assert len(steps) < max_steps, \
+            f"the scheduler is stuck after {len(steps)} steps: {scheduler.stats.steps[-3:]}"
+        steps.append(scheduler.step())
+    scheduler.cache_manager.check_integrity()
+    return steps
+
+
+def prompt_ids(model_dir: Path, prompts: list[str]) -> list[list[int]]:
+    tokenizer = load_tokenizer(model_dir)
+    return [tokenizer.encode(p) for p in prompts]
+
+
+@pytest.fixture(scope="module")
+def llms():
+    cache: dict[tuple, LLM] = {}
+
+    def get(model_dir: Path, **overrides) -> LLM:
+        key = (model_dir, tuple(sorted(overrides.items())))
+        if key not in cache:
+            cache[key] = LLM(str(model_dir), **config(**overrides))
+        return cache[key]
+
+    return get
+
+
+# --- the chunk itself ------------------------------------------------------------------------
+
+
+def test_a_chunk_samples_nothing_and_only_advances_cached_len():
+    chunk = ChunkedReq(torch.arange(100, 110, dtype=torch.int32), table_idx=0, cached_len=4,
+                       output_len=5, uid=0, sampling_params=SamplingParams())
+    assert isinstance(chunk, Req)
+    assert not chunk.can_decode, "a chunk samples no token: it must not join the decode batch"
+    assert chunk.extend_len == 6
+    chunk.complete_one()
+    assert (chunk.cached_len, chunk.device_len) == (10, 10), \
+        "after its forward the chunk's tokens are cached and nothing new is known"
+    assert chunk.extend_len == 0
+
+
+def test_the_token_budget_cuts_a_prompt_into_chunks():
+    page_table = torch.zeros(4, 128, dtype=torch.int32)
+    cache_manager = CacheManager(128, 1, page_table, NaivePrefixCache(CPU))
+    table = TableManager(4, page_table)
+    params = SamplingParams(max_tokens=4)
+    short = PendingReq(0, torch.arange(3, dtype=torch.int32), params)
+    long = PendingReq(1, torch.arange(100, 120, dtype=torch.int32), params)
+
+    adder = PrefillAdder(cache_manager, table, token_budget=10, reserved_tokens=0)
+    first = adder.try_add(short)
+    assert type(first) is Req and first.extend_len == 3, "a prompt within budget is whole"
+    assert adder.token_budget == 7
+    chunk = adder.try_add(long)
+    assert isinstance(chunk, ChunkedReq), "the rest of the budget takes a chunk"
+    assert (chunk.cached_len, chunk.device_len) == (0, 7)
+    assert chunk.input_ids.tolist() == list(range(100, 107))
+    assert adder.token_budget == 0
+    assert adder.try_add(PendingReq(2, torch.arange(2, dtype=torch.int32), params)) is None, \
+        "an exhausted budget admits nothing more"
+
+    long.cached_len = chunk.device_len  # what the prefill manager records after a chunk
+    adder = PrefillAdder(cache_manager, table, token_budget=10, reserved_tokens=0)
+    chunk = adder.try_add(long)
+    assert isinstance(chunk, ChunkedReq) and (chunk.cached_len, chunk.device_len) == (7, 17)
+    assert chunk.table_idx == long.table_idx, "every chunk of a request uses its one row"
+    long.cached_len = chunk.device_len
+    adder = PrefillAdder(cache_manager, table, token_budget=10, reserved_tokens=0)
+    last = adder.try_add(long)
+    assert type(last) is Req, "the last chunk is a normal request: it samples the first token"
+    assert (last.cached_len, last.device_len, last.max_device_len) == (17, 20, 24)
+    assert adder.token_budget == 7
+
+
+# --- through the scheduler -------------------------------------------------------------------
+
+
+@pytest.mark.slow  # 300 tokens through SmolLM2 (30 layers) and transformers: ~2 s, 20 s busy
+def test_a_300_token_prompt_is_prefilled_in_chunks_of_96(smollm2_dir):
+    budget, max_tokens = 96, 3
+    ids = load_tokenizer(smollm2_dir).encode(LONG_TEXT)
+    assert len(ids) >= 300
+    ids = ids[:300]
+    with LLM(str(smollm2_dir), **config(page_size=16, max_extend_tokens=budget)) as llm:
+        (out,) = generate(llm, [ids], greedy(max_tokens))
+        stats = llm.scheduler.stats
+    steps = stats.steps
+    chunks = [tokens for phase, _, tokens in steps if phase == "prefill"]
+    assert len(chunks) == div_ceil(len(ids), budget)
+    assert chunks == [96, 96, 96, len(ids) - 3 * 96]
+    assert steps[len(chunks):] == [("decode", 1, 1)] * (max_tokens - 1)
+    assert stats.computed_prompt_tokens == len(ids)
+    assert out["token_ids"] == hf_greedy_cached(smollm2_dir, ids, max_tokens)
+
+
+def test_decode_steps_interleave_between_the_chunks_of_a_long_prompt():
+    budget = 16
+    scheduler = Scheduler(SchedulerConfig(str(QWEN3), **config(max_extend_tokens=budget)))
+    short_ids, long_text = prompt_ids(QWEN3, [PROMPTS[0], LONG_TEXT])
+    long_ids = long_text[:50]  # chunks of 16, 16, 16 and 2
+    short = scheduler.add_request(short_ids, greedy(12))
+    first = scheduler.step()  # the short request is prefilled and starts decoding
+    assert [o.uid for o in first] == [short]
+    long = scheduler.add_request(long_ids, greedy(3))
+    steps = [first] + run(scheduler)
+
+    records = scheduler.stats.steps
+    chunk_steps = [i for i, (phase, _, _) in enumerate(records) if phase == "prefill"][1:]
+    assert [records[i][2] for i in chunk_steps] == [16, 16, 16, 2]
+    for a, b in zip(chunk_steps, chunk_steps[1:]):
+        assert any(records[i][0] == "decode" for i in range(a + 1, b)), \
+            f"no decode step between the chunks at steps {a} and {b}: {records}"
+        assert short in {o.uid for i in range(a + 1, b) for o in steps[i]}, \
+            "the running request must keep decoding while the long prompt is chunked"
+    # a chunk samples nothing: the long request's first token comes with its last chunk
+    first_long = next(i for i, outs in enumerate(steps) if any(o.uid == long for o in outs))
+    assert first_long == chunk_steps[-1]
+    tokens: dict[int, list[int]] = {}
+    for outs in steps:
+        for o in outs:
+            tokens.setdefault(o.uid, []).append(o.token)
+    assert tokens[short] == hf_greedy_cached(QWEN3, short_ids, 12)
+    assert tokens[long] == hf_greedy_cached(QWEN3, long_ids, 3)
+
+
+PARITY_MAX_TOKENS = (9, 4, 12, 1, 6)
+
+
+def parity_prompts(model_dir: Path) -> list[list[int]]:
+    tokenizer = load_tokenizer(model_dir)
+    return [tokenizer.encode(p) for p in PROMPTS] + [tokenizer.encode(LONG_TEXT)[:45]]
+
+
+@pytest.fixture(scope="module")
+def unchunked(llms):
+    """unchunked(model_dir) -> the outputs of the parity prompts without chunking, once."""
+    outputs: dict[Path, list[dict]] = {}
+
+    def get(model_dir: Path) -> list[dict]:
+        if model_dir not in outputs:
+            outputs[model_dir] = generate(llms(model_dir), parity_prompts(model_dir),
+                                          [greedy(n) for n in PARITY_MAX_TOKENS])
+        return outputs[model_dir]
+
+    return get
+
+
+@pytest.mark.parametrize("budget, page_size", [(7, 1), (7, 16), (32, 16)])
+def test_chunked_prefill_matches_unchunked_and_transformers(tiny_model_dir, budget, page_size,
+                                                            llms, unchunked):
+    prompts = parity_prompts(tiny_model_dir)
+    params = [greedy(n) for n in PARITY_MAX_TOKENS]
+    llm = llms(tiny_model_dir, page_size=page_size, max_extend_tokens=budget)
+    stats = llm.scheduler.stats
+    start, computed = len(stats.steps), stats.computed_prompt_tokens
+    chunked = generate(llm, prompts, params)
+    prefills = [tokens for phase, _, tokens in stats.steps[start:] if phase == "prefill"]
+    assert max(prefills) <= budget, "a prefill step went over the token budget"
+    assert sum(prefills) == sum(map(len, prompts)) == stats.computed_prompt_tokens - computed, \
+        "every prompt token is computed exactly once"
+    assert len(prefills) >= div_ceil(sum(map(len, prompts)), budget)
+    for ids, a, b in zip(prompts, chunked, unchunked(tiny_model_dir)):
+        assert a["token_ids"] == b["token_ids"], "chunking changed the output"
+        assert a["token_ids"] == hf_greedy_cached(tiny_model_dir, ids, len(a["token_ids"]))
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_chunks_start_after_a_prefix_found_in_the_radix_cache(page_size):
+    budget = 5
+    llm = LLM(str(QWEN3), **config(page_size, cache_type="radix", max_extend_tokens=budget))
+    tokenizer = load_tokenizer(QWEN3)
+    base = tokenizer.encode(PROMPTS[2])
+    generate(llm, [base], greedy(2))
+    longer = base + tokenizer.encode(" sold his fish at the market every morning")
+    stats = llm.scheduler.stats
+    start = len(stats.steps)
+    (out,) = generate(llm, [longer], greedy(6))
+    reused = (len(base) - 1) // page_size * page_size  # whole pages of the first prompt
+    prefills = [tokens for phase, _, tokens in stats.steps[start:] if phase == "prefill"]
+    assert sum(prefills) <= len(longer) - reused and max(prefills) <= budget
+    assert len(prefills) == div_ceil(sum(prefills), budget)
+    assert out["token_ids"] == hf_greedy_cached(QWEN3, longer, 6)
+
+
+def test_a_chunk_ending_inside_a_page_does_not_stall_a_request_that_fills_the_pool():
+    """40 prompt tokens + 8 output tokens + one page of slack = 64 = the whole pool, so the
+    request is accepted. Chunks of 7 end inside a page of 16: the next chunk must still be
+    admitted, since the rest of that page is already the request's (a reservation that counts
+    it again never fits, and the scheduler spins forever)."""
+    page_size, num_pages = 16, 4
+    scheduler = Scheduler(SchedulerConfig(str(QWEN3), **config(
+        page_size, num_pages=num_pages, max_extend_tokens=7)))
+    ids = load_tokenizer(QWEN3).encode(LONG_TEXT)[:40]
+    uid = scheduler.add_request(ids, greedy(8))
+    steps = run(scheduler, max_steps=50)
+    tokens = [o.token for outs in steps for o in outs if o.uid == uid]
+    assert tokens == hf_greedy_cached(QWEN3, ids, 8)

@@ -1,0 +1,189 @@
+"""Chapter 11 tests: overlap scheduling (Scheduler.overlap_step).
+
+With overlap on, step N launches batch N+1 and only then processes the results of batch N, so
+a batch's tokens come back one step late. Its two hazards are tested directly: a request that
+samples EOS in batch N is already in batch N+1 (that extra token is dropped and the request is
+freed once), and a request must still get exactly max_tokens tokens. Outputs must equal the
+plain loop's and transformers' greedy `generate`, with and without the radix cache and chunked
+prefill, for page sizes 1 and 16.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import TINY_MODELS, hf_greedy_cached, load_tokenizer
+
+from minisgl.core import SamplingParams
+from minisgl.llm import LLM
+from minisgl.scheduler import Scheduler, SchedulerConfig
+
+QWEN3 = TINY_MODELS["qwen3"]
+MAX_STEPS = 500  # a scheduler that has not finished by then is stuck
+PROMPTS = ["The capital of France is",
+           "def fibonacci(n):",
+           "Once upon a time, in a small village by the sea, there lived an old fisherman who",
+           "Hi",
+           "The capital of France is Paris, and the capital of Italy is"]
+MAX_TOKENS = [9, 4, 12, 1, 6]
+
+
+def config(page_size: int = 1, **overrides) -> dict:
+    return dict(cache_type="naive", enable_overlap=True, device="cpu", show_progress=False,
+                page_size=page_size, num_pages=2048 // page_size, max_running_req=8) | overrides
+
+
+def greedy(max_tokens: int) -> SamplingParams:
+    return SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+
+
+def generate(llm: LLM, prompts: list[list[int]], params) -> list[dict]:
+    """LLM.generate, after which the scheduler must be idle and no page leaked."""
+    outputs = llm.generate(prompts, params)
+    scheduler = llm.scheduler
+    assert not scheduler.has_work
+    scheduler.cache_manager.check_integrity()
+    assert not scheduler.decode_manager.running
+    assert scheduler.table_manager.available_size == scheduler.config.max_running_req
+    return outputs
+
+
+def run(scheduler: Scheduler) -> list[list]:
+    steps = []
+    while scheduler.has_work:
+        assert len(steps) < MAX_STEPS, "the scheduler never finished"
+        steps.append(scheduler.step())
+    scheduler.cache_manager.check_integrity()
+    return steps
+
+
+def prompt_ids(model_dir: Path, prompts: list[str]) -> list[list[int]]:
+    tokenizer = load_tokenizer(model_dir)
+    return [tokenizer.encode(p) for p in prompts]
+
+
+@pytest.fixture(scope="module")
+def llms():
+    cache: dict[tuple, LLM] = {}
+
+    def get(model_dir: Path, **overrides) -> LLM:
+        key = (model_dir, tuple(sorted(overrides.items())))
+        if key not in cache:
+            cache[key] = LLM(str(model_dir), **config(**overrides))
+        return cache[key]
+
+    return get
+
+
+# --- parity ----------------------------------------------------------------------------------
+
+SETUPS = {
+    "page1-naive": dict(page_size=1),
+    "page16-naive-chunk32": dict(page_size=16, max_extend_tokens=32),
+    "page1-radix-chunk7": dict(page_size=1, cache_type="radix", max_extend_tokens=7),
+    "page16-radix": dict(page_size=16, cache_type="radix"),
+}
+
+
+@pytest.mark.parametrize("setup", list(SETUPS))
+def test_overlap_output_equals_the_plain_loop_and_transformers(tiny_model_dir, setup, llms):
+    llm = llms(tiny_model_dir, **SETUPS[setup])
+    scheduler = llm.scheduler
+    assert scheduler.overlap
+    prompts = prompt_ids(tiny_model_dir, PROMPTS)
+    params = [greedy(n) for n in MAX_TOKENS]
+    overlapped = generate(llm, prompts, params)
+    scheduler.overlap = False  # the same engine (and, with radix, a warm cache) without overlap
+    try:
+        plain = generate(llm, prompts, params)
+    finally:
+        scheduler.overlap = True
+    for ids, a, b in zip(prompts, overlapped, plain):
+        assert a["token_ids"] == b["token_ids"], "overlap changed the output"
+        assert a["token_ids"] == hf_greedy_cached(tiny_model_dir, ids, len(a["token_ids"]))
+        assert len(a["token_ids"]) == a["sampling_params"]["max_tokens"]
+
+
+# --- the overlap itself ----------------------------------------------------------------------
+
+
+def test_with_overlap_a_batch_results_arrive_one_step_later():
+    scheduler = Scheduler(SchedulerConfig(str(QWEN3), **config()))
+    ids = prompt_ids(QWEN3, PROMPTS[:1])[0]
+    uid = scheduler.add_request(ids, greedy(3))
+    steps = run(scheduler)
+    assert steps[0] == [], "the first step launches the prefill; its token comes next step"
+    assert [[(o.uid, o.finished) for o in outs] for outs in steps[1:]] == \
+        [[(uid, False)], [(uid, False)], [(uid, True)]]
+    assert [o.token for outs in steps for o in outs] == hf_greedy_cached(QWEN3, ids, 3)
+    assert [phase for phase, _, _ in scheduler.stats.steps] == ["prefill", "decode", "decode"], \
+        "no batch is launched past max_tokens"
+
+
+@pytest.mark.parametrize("setup", ["page1-naive", "page16-radix"])
+def test_with_overlap_requests_get_exactly_max_tokens(setup, llms):
+    llm = llms(QWEN3, **SETUPS[setup])
+    ids = prompt_ids(QWEN3, PROMPTS[:3])
+    stats = llm.scheduler.stats
+    start = len(stats.steps)
+    outputs = generate(llm, ids, [greedy(n) for n in (1, 2, 3)])
+    for n, (p, out) in enumerate(zip(ids, outputs), 1):
+        assert out["token_ids"] == hf_greedy_cached(QWEN3, p, n), f"max_tokens={n}"
+        assert out["finish_reason"] == "length"
+    sizes = [(phase, size) for phase, size, _ in stats.steps[start:]]
+    assert sizes == [("prefill", 3), ("decode", 2), ("decode", 1)], \
+        "a request that reached max_tokens is in no further batch"
+
+
+@pytest.mark.parametrize("setup", ["page1-naive", "page16-radix"])
+@pytest.mark.parametrize("eos_at", [0, 2])
+def test_with_overlap_a_request_stopped_by_eos_drops_its_extra_token_and_is_freed_once(
+        setup, eos_at, llms, monkeypatch):
+    """Make a token of the greedy continuation an EOS token. The request that samples it in
+    batch N is already in batch N+1 (its ledger could not know); that batch's token for it
+    must be dropped, and its pages freed once (a double free fails the integrity check)."""
+    llm = llms(QWEN3, **SETUPS[setup])
+    stopping, running = prompt_ids(QWEN3, [PROMPTS[0], PROMPTS[2]])
+    expected = hf_greedy_cached(QWEN3, stopping, 10)
+    stop = next(i for i in range(eos_at, 10) if expected[i] not in expected[:i])
+    monkeypatch.setattr(llm.scheduler, "eos_token_ids", {expected[stop]})
+    assert expected[stop] not in hf_greedy_cached(QWEN3, running, 10)
+    stats = llm.scheduler.stats
+    start = len(stats.steps)
+    stopped, other = generate(llm, [stopping, running],
+                              [SamplingParams(max_tokens=10), SamplingParams(max_tokens=10)])
+    assert stopped["token_ids"] == expected[: stop + 1], "tokens after EOS must be dropped"
+    assert stopped["finish_reason"] == "stop"
+    assert other["token_ids"] == hf_greedy_cached(QWEN3, running, 10)
+    assert other["finish_reason"] == "length"
+    decode_sizes = [size for phase, size, _ in stats.steps[start:] if phase == "decode"]
+    assert decode_sizes.count(2) == stop + 1, \
+        "the stopped request rode along in one batch after the one that sampled its EOS"
+
+
+# --- switching it on and off -----------------------------------------------------------------
+
+
+def test_overlap_is_on_by_default_and_minisgl_disable_overlap_turns_it_off(monkeypatch):
+    ids = prompt_ids(QWEN3, PROMPTS[:1])[0]
+    expected = hf_greedy_cached(QWEN3, ids, 3)
+
+    def first_two_steps(scheduler: Scheduler) -> list[list[int]]:
+        scheduler.add_request(ids, greedy(3))
+        steps = run(scheduler)
+        assert [o.token for outs in steps for o in outs] == expected
+        return [[o.token for o in outs] for outs in steps[:2]]
+
+    monkeypatch.delenv("MINISGL_DISABLE_OVERLAP", raising=False)
+    default = Scheduler(SchedulerConfig(str(QWEN3), **config(enable_overlap=None)))
+    assert default.overlap
+    assert first_two_steps(default) == [[], expected[:1]], "overlap: results come a step late"
+
+    monkeypatch.setenv("MINISGL_DISABLE_OVERLAP", "1")
+    disabled = Scheduler(SchedulerConfig(str(QWEN3), **config(enable_overlap=None)))
+    assert not disabled.overlap
+    assert first_two_steps(disabled) == [expected[:1], expected[1:2]]
+    forced = Scheduler(SchedulerConfig(str(QWEN3), **config(enable_overlap=True)))
+    assert forced.overlap, "an explicit enable_overlap=True wins over the environment"
+    assert first_two_steps(forced) == [[], expected[:1]]
