@@ -57,14 +57,31 @@ class TorchAttnBackend(BaseAttnBackend):
             max_extend_len=max_extend,
         )
 
+    @staticmethod
+    def _gather(cache: torch.Tensor, kv_indices: torch.Tensor) -> torch.Tensor:
+        """[slots, kv_heads, head_dim] -> [batch, kv_heads, max_seq, head_dim] of each row's slots.
+
+        index_select on the flattened indices is several times faster on the CPU than
+        indexing with the 2-D tensor, which goes through the general advanced-indexing path.
+        """
+        batch, max_seq = kv_indices.shape
+        rows = cache.index_select(0, kv_indices.flatten())
+        return rows.view(batch, max_seq, *cache.shape[1:]).transpose(1, 2)
+
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
                 batch: Batch) -> torch.Tensor:
         self.kv_cache.store_kv(k, v, batch.out_loc, layer_id)
         meta: TorchAttnMetadata = batch.attn_metadata
         num_heads, head_dim = q.shape[1], q.shape[2]
-        # [batch, max_seq, kv_heads, head_dim] -> [batch, kv_heads, max_seq, head_dim]
-        keys = self.kv_cache.k_cache(layer_id)[meta.kv_indices].transpose(1, 2)
-        values = self.kv_cache.v_cache(layer_id)[meta.kv_indices].transpose(1, 2)
+        keys = self._gather(self.kv_cache.k_cache(layer_id), meta.kv_indices)
+        values = self._gather(self.kv_cache.v_cache(layer_id), meta.kv_indices)
+        if batch.is_decode:
+            # One query per request: fold each KV head's group of query heads into the query
+            # rows, [batch, kv_heads, group, head_dim], so no head is repeated or padded.
+            kv_heads = keys.shape[1]
+            grouped_q = q.view(batch.size, kv_heads, num_heads // kv_heads, head_dim)
+            out = F.scaled_dot_product_attention(grouped_q, keys, values, attn_mask=meta.mask)
+            return out.reshape(batch.size, num_heads, head_dim)
         padded_q = q.new_zeros(batch.size * meta.max_extend_len, num_heads, head_dim)
         padded_q[meta.query_slots] = q
         padded_q = padded_q.view(batch.size, meta.max_extend_len, num_heads, head_dim)

@@ -27,8 +27,8 @@ class MHAKVCache(BaseKVCachePool):
 
     def store_kv(self, k: torch.Tensor, v: torch.Tensor, out_loc: torch.Tensor,
                  layer_id: int) -> None:
-        self._buffer[0, layer_id][out_loc] = k
-        self._buffer[1, layer_id][out_loc] = v
+        self._buffer[0, layer_id].index_copy_(0, out_loc.long(), k)
+        self._buffer[1, layer_id].index_copy_(0, out_loc.long(), v)
 
     @property
     def num_slots(self) -> int:

@@ -67,10 +67,16 @@ class RotaryEmbedding(nn.Module):
         # Not parameters: computed here, never loaded; buffers follow the module's device.
         self.register_buffer("cos_cache", angles.cos(), persistent=False)
         self.register_buffer("sin_cache", angles.sin(), persistent=False)
+        self._positions: torch.Tensor | None = None  # the last positions looked up, and
+        self._cos = self._sin = angles[:0]  # their cos and sin
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor,
                 k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """q: [tokens, heads, head_dim], k: [tokens, kv_heads, head_dim]; returns both rotated."""
-        cos = self.cos_cache[positions].unsqueeze(1).to(q.dtype)  # [tokens, 1, head_dim]
-        sin = self.sin_cache[positions].unsqueeze(1).to(q.dtype)
+        # Every layer of a forward rotates by the same positions: look them up once.
+        if positions is not self._positions:
+            self._positions = positions
+            self._cos = self.cos_cache[positions].unsqueeze(1).to(q.dtype)  # [tokens, 1, dim]
+            self._sin = self.sin_cache[positions].unsqueeze(1).to(q.dtype)
+        cos, sin = self._cos, self._sin
         return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin

@@ -56,6 +56,8 @@ class RotaryEmbedding(nn.Module):
         # Not parameters: computed here, never loaded; buffers follow the module's device.
         self.register_buffer("cos_cache", angles.cos(), persistent=False)
         self.register_buffer("sin_cache", angles.sin(), persistent=False)
+        self._positions: torch.Tensor | None = None  # the last positions looked up, and
+        self._cos = self._sin = angles[:0]  # their cos and sin
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor,
                 k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
