@@ -48,7 +48,7 @@ def main() -> None:
               f"worst case {need} slots")
 
     cache = scheduler.cache_manager
-    print(f"\nstep  batch             running  waiting  free pages  reserved")
+    print("\nstep  batch             running  waiting  free pages  reserved")
     step, min_free = 0, cache.num_free_pages
     while scheduler.has_work:
         scheduler.step()

@@ -94,3 +94,52 @@ def _check_minisgl_tree() -> None:
 
 
 _check_minisgl_tree()
+
+
+# --- helpers of the stage 2 tests (chapters 7-11) --------------------------------------------
+# minisgl is imported inside each helper: snapshots of earlier chapters have no scheduler.
+
+SCHEDULER_MAX_STEPS = 500  # a scheduler that has not finished by then is stuck
+
+
+def encode(model_dir: Path, prompts: list[str]) -> list[list[int]]:
+    tokenizer = load_tokenizer(Path(model_dir))
+    return [tokenizer.encode(p) for p in prompts]
+
+
+def greedy(max_tokens: int):  # noqa: ANN201 - a minisgl SamplingParams
+    """Greedy sampling that ignores EOS, so every request runs to max_tokens."""
+    from minisgl.core import SamplingParams
+
+    return SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+
+
+def run_until_idle(scheduler, max_steps: int = SCHEDULER_MAX_STEPS) -> list[list]:  # noqa: ANN001
+    """Step a Scheduler until it is idle; each step's TokenOutputs. Integrity is checked."""
+    steps: list[list] = []
+    while scheduler.has_work:
+        assert len(steps) < max_steps, "the scheduler never finished (a request is stuck)"
+        steps.append(scheduler.step())
+    scheduler.cache_manager.check_integrity()
+    return steps
+
+
+def llm_fixture(config):  # noqa: ANN001, ANN201 - config(**overrides) -> LLM kwargs
+    """A module-scoped fixture `llms(model_dir, **overrides) -> LLM` that builds each distinct
+    LLM once per test module, with the module's own `config` defaults."""
+
+    @pytest.fixture(scope="module")
+    def llms():  # noqa: ANN202
+        from minisgl.llm import LLM
+
+        cache: dict[tuple, LLM] = {}
+
+        def get(model_dir: Path, **overrides) -> LLM:  # noqa: ANN003
+            key = (model_dir, tuple(sorted(overrides.items())))
+            if key not in cache:
+                cache[key] = LLM(str(model_dir), **config(**overrides))
+            return cache[key]
+
+        return get
+
+    return llms

@@ -12,11 +12,11 @@ After every run the cache manager's integrity check must pass: no page leaked.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_MODELS, hf_greedy_cached, load_tokenizer
+from conftest import (SCHEDULER_MAX_STEPS, TINY_MODELS, encode, greedy, hf_greedy_cached,
+                     llm_fixture, load_tokenizer, run_until_idle)
 
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
@@ -30,7 +30,6 @@ PROMPTS = ["The capital of France is",
            "Hi"]
 MAX_TOKENS = [9, 4, 12, 1]  # different lengths, so requests leave the batch at different steps
 POOL_TOKENS = 1024  # KV slots of every engine here: plenty for these prompts
-MAX_STEPS = 500  # a scheduler that has not finished by then is stuck
 
 
 def config(page_size: int = 1, **overrides) -> dict:
@@ -40,8 +39,6 @@ def config(page_size: int = 1, **overrides) -> dict:
                 max_running_req=8) | overrides
 
 
-def greedy(max_tokens: int) -> SamplingParams:
-    return SamplingParams(max_tokens=max_tokens, ignore_eos=True)
 
 
 def generate(llm: LLM, prompts, params) -> list[dict]:
@@ -52,33 +49,11 @@ def generate(llm: LLM, prompts, params) -> list[dict]:
     return outputs
 
 
-def run_to_completion(scheduler: Scheduler) -> list[list]:
-    """Step the scheduler until it is idle; return each step's TokenOutputs."""
-    steps = []
-    while scheduler.has_work:
-        assert len(steps) < MAX_STEPS, "the scheduler never finished (a request is stuck)"
-        steps.append(scheduler.step())
-    scheduler.cache_manager.check_integrity()
-    return steps
 
 
-def ids_of(model_dir: Path, prompts: list[str]) -> list[list[int]]:
-    tokenizer = load_tokenizer(model_dir)
-    return [tokenizer.encode(p) for p in prompts]
 
 
-@pytest.fixture(scope="module")
-def llms():
-    """llms(model_dir, **config overrides) -> an LLM, built once per module and reused."""
-    cache: dict[tuple, LLM] = {}
-
-    def get(model_dir: Path, **overrides) -> LLM:
-        key = (model_dir, tuple(sorted(overrides.items())))
-        if key not in cache:
-            cache[key] = LLM(str(model_dir), **config(**overrides))
-        return cache[key]
-
-    return get
+llms = llm_fixture(config)
 
 
 # --- LLM.generate ----------------------------------------------------------------------------
@@ -97,7 +72,7 @@ def test_generate_returns_one_result_per_prompt_in_order(llms):
         assert out["text"] == tokenizer.decode(out["token_ids"], skip_special_tokens=True)
         assert out["finish_reason"] == "length"
     # token-id prompts are the same requests as their text
-    assert generate(llm, ids_of(QWEN3, PROMPTS), params) == outputs
+    assert generate(llm, encode(QWEN3, PROMPTS), params) == outputs
     # a single string is a batch of one
     single = generate(llm, PROMPTS[0], greedy(MAX_TOKENS[0]))
     assert [o["token_ids"] for o in single] == [outputs[0]["token_ids"]]
@@ -106,7 +81,7 @@ def test_generate_returns_one_result_per_prompt_in_order(llms):
 @pytest.mark.parametrize("page_size", [1, 16])
 def test_greedy_matches_transformers_for_mixed_length_prompts(tiny_model_dir, page_size, llms):
     llm = llms(tiny_model_dir, page_size=page_size)
-    prompt_ids = ids_of(tiny_model_dir, PROMPTS)
+    prompt_ids = encode(tiny_model_dir, PROMPTS)
     assert len({len(ids) for ids in prompt_ids}) == len(prompt_ids), "prompts of mixed lengths"
     outputs = generate(llm, prompt_ids, [greedy(n) for n in MAX_TOKENS])
     for ids, n, out in zip(prompt_ids, MAX_TOKENS, outputs):
@@ -116,7 +91,7 @@ def test_greedy_matches_transformers_for_mixed_length_prompts(tiny_model_dir, pa
 @pytest.mark.slow  # SmolLM2 (30 layers) here and in transformers: ~3 s, 25 s on a busy machine
 def test_greedy_matches_transformers_on_smollm2(smollm2_dir, llms):
     llm = llms(smollm2_dir, page_size=16)
-    prompt_ids = ids_of(smollm2_dir, PROMPTS[:3])
+    prompt_ids = encode(smollm2_dir, PROMPTS[:3])
     outputs = generate(llm, prompt_ids, [greedy(n) for n in (6, 3, 5)])
     for ids, out in zip(prompt_ids, outputs):
         assert out["token_ids"] == hf_greedy_cached(smollm2_dir, ids, len(out["token_ids"]))
@@ -130,7 +105,7 @@ def test_requests_join_and_leave_the_running_batch_at_any_step():
     """Two table rows, four requests of different lengths: a request joins as soon as a row
     frees up, while the others keep decoding, and leaves as soon as it is done."""
     scheduler = Scheduler(SchedulerConfig(str(QWEN3), **config(max_running_req=2)))
-    prompt_ids = ids_of(QWEN3, PROMPTS)
+    prompt_ids = encode(QWEN3, PROMPTS)
     max_tokens = [2, 5, 3, 4]
     uids = [scheduler.add_request(ids, greedy(n)) for ids, n in zip(prompt_ids, max_tokens)]
     assert len(set(uids)) == 4
@@ -140,7 +115,7 @@ def test_requests_join_and_leave_the_running_batch_at_any_step():
     running_after_step: list[set[int]] = []
     finished_at: dict[int, int] = {}
     while scheduler.has_work:
-        assert len(running_after_step) < MAX_STEPS, "the scheduler never finished"
+        assert len(running_after_step) < SCHEDULER_MAX_STEPS, "the scheduler never finished"
         for out in scheduler.step():
             assert out.uid not in finished_at, f"request {out.uid} produced a token after finishing"
             tokens[out.uid].append(out.token)
@@ -174,7 +149,7 @@ def test_more_requests_than_table_rows_all_complete_as_rows_free_up(llms):
     prompts = [f"Request number {i} asks about" for i in range(7)]
     max_tokens = [3, 8, 5, 2, 7, 4, 6]
     outputs = generate(llm, prompts, [greedy(n) for n in max_tokens])
-    for ids, n, out in zip(ids_of(QWEN3, prompts), max_tokens, outputs):
+    for ids, n, out in zip(encode(QWEN3, prompts), max_tokens, outputs):
         assert out["token_ids"] == hf_greedy_cached(QWEN3, ids, n)
 
     steps = stats.steps[start:]
@@ -194,10 +169,10 @@ def test_more_requests_than_table_rows_all_complete_as_rows_free_up(llms):
 
 def test_each_step_reports_the_tokens_it_produced_and_flags_the_last():
     scheduler = Scheduler(SchedulerConfig(str(QWEN3), **config()))
-    short, long = ids_of(QWEN3, PROMPTS[:2])
+    short, long = encode(QWEN3, PROMPTS[:2])
     uid_short = scheduler.add_request(short, greedy(1))
     uid_long = scheduler.add_request(long, greedy(3))
-    steps = run_to_completion(scheduler)
+    steps = run_until_idle(scheduler)
     assert [[(o.uid, o.finished) for o in outs] for outs in steps] == [
         [(uid_short, True), (uid_long, False)],  # the prefill samples every request's first token
         [(uid_long, False)],
@@ -227,7 +202,7 @@ def test_eos_stops_a_request_unless_it_ignores_eos(llms, monkeypatch):
     """Make the third greedy token an end-of-sequence token: the request that respects EOS
     stops right there, the one that ignores it runs to max_tokens."""
     llm = llms(QWEN3)
-    ids = ids_of(QWEN3, PROMPTS[:1])[0]
+    ids = encode(QWEN3, PROMPTS[:1])[0]
     expected = hf_greedy_cached(QWEN3, ids, 8)
     stop_at = next(i for i in range(2, 8) if expected[i] not in expected[:i])
     monkeypatch.setattr(llm.scheduler, "eos_token_ids", {expected[stop_at]})
@@ -242,7 +217,7 @@ def test_eos_stops_a_request_unless_it_ignores_eos(llms, monkeypatch):
 def test_a_request_that_ignores_eos_finishes_by_length_even_if_its_last_token_is_eos(
         llms, monkeypatch):
     llm = llms(QWEN3)
-    ids = ids_of(QWEN3, PROMPTS[:1])[0]
+    ids = encode(QWEN3, PROMPTS[:1])[0]
     expected = hf_greedy_cached(QWEN3, ids, 4)
     monkeypatch.setattr(llm.scheduler, "eos_token_ids", {expected[-1]})
     (out,) = generate(llm, [ids], greedy(4))
@@ -275,7 +250,7 @@ def test_bad_requests_raise_clear_errors_and_leave_the_scheduler_usable(llms):
     assert not scheduler.has_work, "a rejected request must leave nothing behind"
     assert scheduler.stats.prompt_tokens == prompt_tokens
 
-    ids = ids_of(QWEN3, PROMPTS[:1])[0]
+    ids = encode(QWEN3, PROMPTS[:1])[0]
     out = generate(llm, [ids], greedy(5))
     assert out[0]["token_ids"] == hf_greedy_cached(QWEN3, ids, 5)
     assert scheduler.cache_manager.num_free_pages == 32
@@ -283,7 +258,7 @@ def test_bad_requests_raise_clear_errors_and_leave_the_scheduler_usable(llms):
 
 def test_llm_is_a_context_manager_that_shuts_down_on_exit():
     with LLM(str(QWEN3), **config(num_pages=128)) as llm:
-        ids = ids_of(QWEN3, PROMPTS[:1])[0]
+        ids = encode(QWEN3, PROMPTS[:1])[0]
         out = generate(llm, [ids], greedy(3))
         assert out[0]["token_ids"] == hf_greedy_cached(QWEN3, ids, 3)
     assert getattr(llm, "scheduler", None) is None, "shutdown() releases the engine"

@@ -10,13 +10,11 @@ still equals transformers' greedy `generate`. Overlap scheduling is chapter 11: 
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_MODELS, hf_greedy_cached, load_tokenizer
+from conftest import TINY_MODELS, greedy, hf_greedy_cached, llm_fixture, load_tokenizer
 
-from minisgl.core import SamplingParams
 from minisgl.kvcache.radix_cache import RadixPrefixCache
 from minisgl.llm import LLM
 
@@ -236,8 +234,6 @@ def generate(llm: LLM, prompts: list[list[int]], params) -> list[dict]:
     return outputs
 
 
-def greedy(max_tokens: int) -> SamplingParams:
-    return SamplingParams(max_tokens=max_tokens, ignore_eos=True)
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -282,17 +278,7 @@ def test_a_shared_system_prompt_is_computed_once(smollm2_dir):
         assert out["token_ids"] == hf_greedy_cached(smollm2_dir, p, max_tokens)
 
 
-@pytest.fixture(scope="module")
-def llms():
-    cache: dict[tuple, LLM] = {}
-
-    def get(model_dir: Path, **overrides) -> LLM:
-        key = (model_dir, tuple(sorted(overrides.items())))
-        if key not in cache:
-            cache[key] = LLM(str(model_dir), **config(**overrides))
-        return cache[key]
-
-    return get
+llms = llm_fixture(config)
 
 
 @pytest.mark.parametrize("page_size", [1, 4])

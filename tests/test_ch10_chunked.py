@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_MODELS, hf_greedy_cached, load_tokenizer
+from conftest import (TINY_MODELS, encode, greedy, hf_greedy_cached, llm_fixture, load_tokenizer,
+                     run_until_idle)
 
 from minisgl.core import Req, SamplingParams
 from minisgl.kvcache import NaivePrefixCache
@@ -26,7 +27,6 @@ from minisgl.utils import div_ceil
 
 CPU = torch.device("cpu")
 QWEN3 = TINY_MODELS["qwen3"]
-MAX_STEPS = 500  # a scheduler that has not finished by then is stuck
 PROMPTS = ["The capital of France is",
            "def fibonacci(n):",
            "Once upon a time, in a small village by the sea, there lived an old fisherman who",
@@ -59,8 +59,6 @@ def config(page_size: int = 1, **overrides) -> dict:
                 page_size=page_size, num_pages=2048 // page_size, max_running_req=8) | overrides
 
 
-def greedy(max_tokens: int) -> SamplingParams:
-    return SamplingParams(max_tokens=max_tokens, ignore_eos=True)
 
 
 def generate(llm: LLM, prompts: list[list[int]], params) -> list[dict]:
@@ -71,33 +69,11 @@ def generate(llm: LLM, prompts: list[list[int]], params) -> list[dict]:
     return outputs
 
 
-def run(scheduler: Scheduler, max_steps: int = MAX_STEPS) -> list[list]:
-    """Step until idle; each step's TokenOutputs."""
-    steps = []
-    while scheduler.has_work:
-        assert len(steps) < max_steps, \
-            f"the scheduler is stuck after {len(steps)} steps: {scheduler.stats.steps[-3:]}"
-        steps.append(scheduler.step())
-    scheduler.cache_manager.check_integrity()
-    return steps
 
 
-def prompt_ids(model_dir: Path, prompts: list[str]) -> list[list[int]]:
-    tokenizer = load_tokenizer(model_dir)
-    return [tokenizer.encode(p) for p in prompts]
 
 
-@pytest.fixture(scope="module")
-def llms():
-    cache: dict[tuple, LLM] = {}
-
-    def get(model_dir: Path, **overrides) -> LLM:
-        key = (model_dir, tuple(sorted(overrides.items())))
-        if key not in cache:
-            cache[key] = LLM(str(model_dir), **config(**overrides))
-        return cache[key]
-
-    return get
+llms = llm_fixture(config)
 
 
 # --- the chunk itself ------------------------------------------------------------------------
@@ -172,13 +148,13 @@ def test_a_300_token_prompt_is_prefilled_in_chunks_of_96(smollm2_dir):
 def test_decode_steps_interleave_between_the_chunks_of_a_long_prompt():
     budget = 16
     scheduler = Scheduler(SchedulerConfig(str(QWEN3), **config(max_extend_tokens=budget)))
-    short_ids, long_text = prompt_ids(QWEN3, [PROMPTS[0], LONG_TEXT])
+    short_ids, long_text = encode(QWEN3, [PROMPTS[0], LONG_TEXT])
     long_ids = long_text[:50]  # chunks of 16, 16, 16 and 2
     short = scheduler.add_request(short_ids, greedy(12))
     first = scheduler.step()  # the short request is prefilled and starts decoding
     assert [o.uid for o in first] == [short]
     long = scheduler.add_request(long_ids, greedy(3))
-    steps = [first] + run(scheduler)
+    steps = [first] + run_until_idle(scheduler)
 
     records = scheduler.stats.steps
     chunk_steps = [i for i, (phase, _, _) in enumerate(records) if phase == "prefill"][1:]
@@ -268,6 +244,6 @@ def test_a_chunk_ending_inside_a_page_does_not_stall_a_request_that_fills_the_po
         page_size, num_pages=num_pages, max_extend_tokens=7)))
     ids = load_tokenizer(QWEN3).encode(LONG_TEXT)[:40]
     uid = scheduler.add_request(ids, greedy(8))
-    steps = run(scheduler, max_steps=50)
+    steps = run_until_idle(scheduler, max_steps=50)
     tokens = [o.token for outs in steps for o in outs if o.uid == uid]
     assert tokens == hf_greedy_cached(QWEN3, ids, 8)

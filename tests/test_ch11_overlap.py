@@ -10,17 +10,15 @@ prefill, for page sizes 1 and 16.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
-from conftest import TINY_MODELS, hf_greedy_cached, load_tokenizer
+from conftest import (TINY_MODELS, encode, greedy, hf_greedy_cached, llm_fixture, run_until_idle)
 
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
 from minisgl.scheduler import Scheduler, SchedulerConfig
 
 QWEN3 = TINY_MODELS["qwen3"]
-MAX_STEPS = 500  # a scheduler that has not finished by then is stuck
 PROMPTS = ["The capital of France is",
            "def fibonacci(n):",
            "Once upon a time, in a small village by the sea, there lived an old fisherman who",
@@ -34,8 +32,6 @@ def config(page_size: int = 1, **overrides) -> dict:
                 page_size=page_size, num_pages=2048 // page_size, max_running_req=8) | overrides
 
 
-def greedy(max_tokens: int) -> SamplingParams:
-    return SamplingParams(max_tokens=max_tokens, ignore_eos=True)
 
 
 def generate(llm: LLM, prompts: list[list[int]], params) -> list[dict]:
@@ -49,31 +45,11 @@ def generate(llm: LLM, prompts: list[list[int]], params) -> list[dict]:
     return outputs
 
 
-def run(scheduler: Scheduler) -> list[list]:
-    steps = []
-    while scheduler.has_work:
-        assert len(steps) < MAX_STEPS, "the scheduler never finished"
-        steps.append(scheduler.step())
-    scheduler.cache_manager.check_integrity()
-    return steps
 
 
-def prompt_ids(model_dir: Path, prompts: list[str]) -> list[list[int]]:
-    tokenizer = load_tokenizer(model_dir)
-    return [tokenizer.encode(p) for p in prompts]
 
 
-@pytest.fixture(scope="module")
-def llms():
-    cache: dict[tuple, LLM] = {}
-
-    def get(model_dir: Path, **overrides) -> LLM:
-        key = (model_dir, tuple(sorted(overrides.items())))
-        if key not in cache:
-            cache[key] = LLM(str(model_dir), **config(**overrides))
-        return cache[key]
-
-    return get
+llms = llm_fixture(config)
 
 
 # --- parity ----------------------------------------------------------------------------------
@@ -91,7 +67,7 @@ def test_overlap_output_equals_the_plain_loop_and_transformers(tiny_model_dir, s
     llm = llms(tiny_model_dir, **SETUPS[setup])
     scheduler = llm.scheduler
     assert scheduler.overlap
-    prompts = prompt_ids(tiny_model_dir, PROMPTS)
+    prompts = encode(tiny_model_dir, PROMPTS)
     params = [greedy(n) for n in MAX_TOKENS]
     overlapped = generate(llm, prompts, params)
     scheduler.overlap = False  # the same engine (and, with radix, a warm cache) without overlap
@@ -110,9 +86,9 @@ def test_overlap_output_equals_the_plain_loop_and_transformers(tiny_model_dir, s
 
 def test_with_overlap_a_batch_results_arrive_one_step_later():
     scheduler = Scheduler(SchedulerConfig(str(QWEN3), **config()))
-    ids = prompt_ids(QWEN3, PROMPTS[:1])[0]
+    ids = encode(QWEN3, PROMPTS[:1])[0]
     uid = scheduler.add_request(ids, greedy(3))
-    steps = run(scheduler)
+    steps = run_until_idle(scheduler)
     assert steps[0] == [], "the first step launches the prefill; its token comes next step"
     assert [[(o.uid, o.finished) for o in outs] for outs in steps[1:]] == \
         [[(uid, False)], [(uid, False)], [(uid, True)]]
@@ -124,7 +100,7 @@ def test_with_overlap_a_batch_results_arrive_one_step_later():
 @pytest.mark.parametrize("setup", ["page1-naive", "page16-radix"])
 def test_with_overlap_requests_get_exactly_max_tokens(setup, llms):
     llm = llms(QWEN3, **SETUPS[setup])
-    ids = prompt_ids(QWEN3, PROMPTS[:3])
+    ids = encode(QWEN3, PROMPTS[:3])
     stats = llm.scheduler.stats
     start = len(stats.steps)
     outputs = generate(llm, ids, [greedy(n) for n in (1, 2, 3)])
@@ -144,7 +120,7 @@ def test_with_overlap_a_request_stopped_by_eos_drops_its_extra_token_and_is_free
     batch N is already in batch N+1 (its ledger could not know); that batch's token for it
     must be dropped, and its pages freed once (a double free fails the integrity check)."""
     llm = llms(QWEN3, **SETUPS[setup])
-    stopping, running = prompt_ids(QWEN3, [PROMPTS[0], PROMPTS[2]])
+    stopping, running = encode(QWEN3, [PROMPTS[0], PROMPTS[2]])
     expected = hf_greedy_cached(QWEN3, stopping, 10)
     stop = next(i for i in range(eos_at, 10) if expected[i] not in expected[:i])
     monkeypatch.setattr(llm.scheduler, "eos_token_ids", {expected[stop]})
@@ -166,12 +142,12 @@ def test_with_overlap_a_request_stopped_by_eos_drops_its_extra_token_and_is_free
 
 
 def test_overlap_is_on_by_default_and_minisgl_disable_overlap_turns_it_off(monkeypatch):
-    ids = prompt_ids(QWEN3, PROMPTS[:1])[0]
+    ids = encode(QWEN3, PROMPTS[:1])[0]
     expected = hf_greedy_cached(QWEN3, ids, 3)
 
     def first_two_steps(scheduler: Scheduler) -> list[list[int]]:
         scheduler.add_request(ids, greedy(3))
-        steps = run(scheduler)
+        steps = run_until_idle(scheduler)
         assert [o.token for outs in steps for o in outs] == expected
         return [[o.token for o in outs] for outs in steps[:2]]
 

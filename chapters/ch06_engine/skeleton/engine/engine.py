@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from minisgl.attention import BaseAttnBackend, TorchAttnBackend
-from minisgl.core import Batch, Context, Req
+from minisgl.core import Batch, Context
 from minisgl.engine.config import EngineConfig
 from minisgl.engine.sample import Sampler
 from minisgl.kvcache import BaseKVCachePool, MHAKVCache
