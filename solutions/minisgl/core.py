@@ -93,6 +93,7 @@ class Req:
 
     @property
     def can_decode(self) -> bool:
+        """True while the request has tokens left to generate (remain_len > 0)."""
         return self.remain_len > 0
 
     def complete_one(self) -> None:

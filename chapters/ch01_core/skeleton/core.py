@@ -82,7 +82,8 @@ class Req:
 
     @property
     def can_decode(self) -> bool:
-        raise NotImplementedError("ch01: implement Req.can_decode")
+        """True while the request has tokens left to generate (remain_len > 0)."""
+        raise NotImplementedError("ch01: True while the request has tokens left to generate (remain_len > 0).")
 
     def complete_one(self) -> None:
         """Record a finished forward: its K/V are cached and one more token was sampled."""

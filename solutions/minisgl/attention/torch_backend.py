@@ -34,6 +34,7 @@ class TorchAttnBackend(BaseAttnBackend):
         self.page_table = page_table
 
     def prepare_metadata(self, batch: Batch) -> None:
+        """Build each request's padded slot list, the causal mask and the query layout."""
         device = self.page_table.device
         seq_lens = [req.device_len for req in batch.reqs]
         extend_lens = [req.extend_len for req in batch.reqs]
@@ -70,6 +71,7 @@ class TorchAttnBackend(BaseAttnBackend):
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
                 batch: Batch) -> torch.Tensor:
+        """Store k, v at out_loc, gather each request's keys and values, attend."""
         self.kv_cache.store_kv(k, v, batch.out_loc, layer_id)
         meta: TorchAttnMetadata = batch.attn_metadata
         num_heads, head_dim = q.shape[1], q.shape[2]

@@ -57,6 +57,7 @@ class Engine:
         return 2 * c.num_layers * c.num_kv_heads * c.head_dim * self.dtype.itemsize
 
     def _pages_that_fit(self) -> int:
+        """How many KV pages the budget holds (free GPU memory share, or kv_cache_gib on CPU)."""
         if self.device.type == "cuda":
             free_bytes, _ = torch.cuda.mem_get_info(self.device)
             budget = free_bytes * self.config.gpu_memory_fraction

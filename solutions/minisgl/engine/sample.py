@@ -31,6 +31,7 @@ class Sampler:
         self.generator = torch.Generator(device=device).manual_seed(seed)
 
     def prepare(self, reqs: list[Req]) -> SamplingArgs:
+        """Per-row sampling tensors for these requests (temperature, top-k, top-p, greedy)."""
         params = [req.sampling_params for req in reqs]
         greedy = [p.is_greedy for p in params]
 

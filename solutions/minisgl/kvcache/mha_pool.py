@@ -20,13 +20,16 @@ class MHAKVCache(BaseKVCachePool):
                                    dtype=dtype, device=device)
 
     def k_cache(self, layer_id: int) -> torch.Tensor:
+        """The keys of one layer: a view [num_slots, kv_heads, head_dim] of the buffer."""
         return self._buffer[0, layer_id]
 
     def v_cache(self, layer_id: int) -> torch.Tensor:
+        """The values of one layer: a view [num_slots, kv_heads, head_dim] of the buffer."""
         return self._buffer[1, layer_id]
 
     def store_kv(self, k: torch.Tensor, v: torch.Tensor, out_loc: torch.Tensor,
                  layer_id: int) -> None:
+        """Write k and v of the new tokens into slots out_loc of one layer."""
         self._buffer[0, layer_id].index_copy_(0, out_loc.long(), k)
         self._buffer[1, layer_id].index_copy_(0, out_loc.long(), v)
 

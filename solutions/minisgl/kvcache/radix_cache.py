@@ -102,12 +102,14 @@ class RadixPrefixCache(BasePrefixCache):
         return torch.cat(parts[::-1]) if parts else self.root.value
 
     def match_prefix(self, input_ids: torch.Tensor) -> MatchResult:
+        """Walk the tree along input_ids; return the matched handle and the slots of its path."""
         node, matched = self._walk(input_ids.cpu())
         return MatchResult(RadixCacheHandle(matched, node), self._path_values(node))
 
     # ----- locking ------------------------------------------------------------------------
 
     def lock_handle(self, handle: BaseCacheHandle, unlock: bool = False) -> None:
+        """Add (or remove) one reference on every node from the handle's node up to the root."""
         assert isinstance(handle, RadixCacheHandle)
         node: RadixNode | None = handle.node
         while node is not None and node is not self.root:
@@ -128,6 +130,7 @@ class RadixPrefixCache(BasePrefixCache):
 
     def insert_prefix(self, input_ids: torch.Tensor,
                       indices: torch.Tensor) -> tuple[int, BaseCacheHandle]:
+        """Insert the page-aligned prefix; return how much was already cached and a handle."""
         aligned = len(input_ids) - len(input_ids) % self.page_size
         ids = input_ids[:aligned].cpu()
         node, matched = self._walk(ids)
@@ -142,6 +145,7 @@ class RadixPrefixCache(BasePrefixCache):
     # ----- eviction -----------------------------------------------------------------------
 
     def evict(self, num_tokens: int) -> torch.Tensor:
+        """Evict LRU unlocked leaves until num_tokens are freed; return their slots."""
         if num_tokens <= 0:
             return self.root.value
         if num_tokens > self._evictable_size:

@@ -15,6 +15,7 @@ class VocabEmbedding(nn.Module):
         self.weight = nn.Parameter(torch.empty(vocab_size, hidden_size), requires_grad=False)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The embedding row of each token id: [...] -> [..., hidden_size]."""
         return F.embedding(input_ids, self.weight)
 
 
@@ -33,5 +34,6 @@ class LMHead(nn.Module):
             self.weight = nn.Parameter(torch.empty(vocab_size, hidden_size), requires_grad=False)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits [..., vocab_size], using the embedding matrix when tied."""
         weight = self.tied_to.weight if self.tied_to is not None else self.weight
         return F.linear(hidden, weight)

@@ -28,6 +28,7 @@ class Linear(nn.Module):
         self.bias = nn.Parameter(torch.empty(out), requires_grad=False) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x @ W^T (+ b) for x of shape [..., input_size]."""
         return F.linear(x, self.weight, self.bias)
 
     def load_shard(self, param_name: str, shard: int, tensor: torch.Tensor) -> None:

@@ -15,6 +15,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.empty(size), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalize in float32 like Hugging Face, scale by weight, keep x's dtype."""
         dtype = x.dtype
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)

@@ -47,6 +47,7 @@ class ModelConfig:
 
     @classmethod
     def from_hf(cls, hf: dict[str, Any]) -> ModelConfig:
+        """Read a config.json dict; derive qkv_bias, o_bias and qk_norm from the architecture."""
         architecture = (hf.get("architectures") or [hf.get("model_type", "unknown")])[0]
         # transformers >= 5 writes RoPE settings as `rope_parameters`; older files use
         # `rope_theta` and `rope_scaling` at the top level.

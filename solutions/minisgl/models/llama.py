@@ -31,6 +31,7 @@ class LlamaAttention(nn.Module):
         self.o_proj = Linear(q_size, [config.hidden_size], config.o_bias)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """qkv projection, attention over the KV cache, output projection."""
         return self.o_proj(self.attn(self.qkv_proj(hidden)))
 
 
@@ -42,6 +43,7 @@ class LlamaMLP(nn.Module):
         self.down_proj = Linear(size, [config.hidden_size])
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """down_proj(SiLU(gate) * up), with gate and up from one merged projection."""
         return self.down_proj(silu_and_mul(self.gate_up_proj(hidden)))
 
 
@@ -79,6 +81,7 @@ class LlamaModel(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Embed, run every decoder layer passing the residual along, final norm."""
         hidden, residual = self.embed_tokens(input_ids), None
         for layer in self.layers:
             hidden, residual = layer(hidden, residual)

@@ -89,6 +89,7 @@ class CacheManager:
         self.page_table[row_index, col_index] = slots.to(self.page_table.dtype)
 
     def _take_pages(self, num_pages: int) -> torch.Tensor:
+        """Pop pages off the free list, evicting from the prefix cache when it is short."""
         if num_pages > self.num_free_pages:
             needed_tokens = (num_pages - self.num_free_pages) * self.page_size
             evicted = self.prefix_cache.evict(needed_tokens)

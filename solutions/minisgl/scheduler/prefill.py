@@ -27,9 +27,11 @@ class ChunkedReq(Req):
 
     @property
     def can_decode(self) -> bool:
+        """Never: a prompt chunk samples no token and does not join the decode set."""
         return False
 
     def complete_one(self) -> None:
+        """The chunk's K/V are cached; no token was sampled, so device_len stays."""
         self.cached_len = self.device_len
 
 
@@ -75,6 +77,7 @@ class PrefillAdder:
         return self._make_req(pending)
 
     def _make_req(self, pending: PendingReq) -> Req:
+        """Turn an admitted pending request into a Req, or a ChunkedReq if the budget runs out."""
         extend = min(pending.input_len - pending.cached_len, self.token_budget)
         self.token_budget -= extend
         end = pending.cached_len + extend

@@ -15,7 +15,8 @@ class VocabEmbedding(nn.Module):
         self.weight = nn.Parameter(torch.empty(vocab_size, hidden_size), requires_grad=False)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError("ch02: implement VocabEmbedding.forward")
+        """The embedding row of each token id: [...] -> [..., hidden_size]."""
+        raise NotImplementedError("ch02: The embedding row of each token id: [...] -> [..., hidden_size].")
 
 
 class LMHead(nn.Module):
@@ -33,4 +34,5 @@ class LMHead(nn.Module):
             self.weight = nn.Parameter(torch.empty(vocab_size, hidden_size), requires_grad=False)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError("ch02: implement LMHead.forward")
+        """Logits [..., vocab_size], using the embedding matrix when tied."""
+        raise NotImplementedError("ch02: Logits [..., vocab_size], using the embedding matrix when tied.")

@@ -28,7 +28,8 @@ class Linear(nn.Module):
         self.bias = nn.Parameter(torch.empty(out), requires_grad=False) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError("ch02: implement Linear.forward")
+        """x @ W^T (+ b) for x of shape [..., input_size]."""
+        raise NotImplementedError("ch02: x @ W^T (+ b) for x of shape [..., input_size].")
 
     def load_shard(self, param_name: str, shard: int, tensor: torch.Tensor) -> None:
         """Copy one checkpoint tensor (shard `shard` of `weight` or `bias`) into place."""

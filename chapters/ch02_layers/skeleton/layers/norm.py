@@ -15,7 +15,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.empty(size), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError("ch02: implement RMSNorm.forward")
+        """Normalize in float32 like Hugging Face, scale by weight, keep x's dtype."""
+        raise NotImplementedError("ch02: Normalize in float32 like Hugging Face, scale by weight, keep x's dtype.")
 
     def forward_residual(self, x: torch.Tensor,
                          residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

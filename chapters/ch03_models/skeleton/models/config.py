@@ -47,4 +47,5 @@ class ModelConfig:
 
     @classmethod
     def from_hf(cls, hf: dict[str, Any]) -> ModelConfig:
-        raise NotImplementedError("ch03: implement ModelConfig.from_hf")
+        """Read a config.json dict; derive qkv_bias, o_bias and qk_norm from the architecture."""
+        raise NotImplementedError("ch03: Read a config.json dict; derive qkv_bias, o_bias and qk_norm from the architecture.")

@@ -31,7 +31,8 @@ class LlamaAttention(nn.Module):
         self.o_proj = Linear(q_size, [config.hidden_size], config.o_bias)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError("ch03: implement LlamaAttention.forward")
+        """qkv projection, attention over the KV cache, output projection."""
+        raise NotImplementedError("ch03: qkv projection, attention over the KV cache, output projection.")
 
 
 class LlamaMLP(nn.Module):
@@ -42,7 +43,8 @@ class LlamaMLP(nn.Module):
         self.down_proj = Linear(size, [config.hidden_size])
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError("ch03: implement LlamaMLP.forward")
+        """down_proj(SiLU(gate) * up), with gate and up from one merged projection."""
+        raise NotImplementedError("ch03: down_proj(SiLU(gate) * up), with gate and up from one merged projection.")
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -73,7 +75,8 @@ class LlamaModel(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError("ch03: implement LlamaModel.forward")
+        """Embed, run every decoder layer passing the residual along, final norm."""
+        raise NotImplementedError("ch03: Embed, run every decoder layer passing the residual along, final norm.")
 
 
 class LlamaForCausalLM(nn.Module):

@@ -20,14 +20,17 @@ class MHAKVCache(BaseKVCachePool):
                                    dtype=dtype, device=device)
 
     def k_cache(self, layer_id: int) -> torch.Tensor:
-        raise NotImplementedError("ch04: implement MHAKVCache.k_cache")
+        """The keys of one layer: a view [num_slots, kv_heads, head_dim] of the buffer."""
+        raise NotImplementedError("ch04: The keys of one layer: a view [num_slots, kv_heads, head_dim] of the buffer.")
 
     def v_cache(self, layer_id: int) -> torch.Tensor:
-        raise NotImplementedError("ch04: implement MHAKVCache.v_cache")
+        """The values of one layer: a view [num_slots, kv_heads, head_dim] of the buffer."""
+        raise NotImplementedError("ch04: The values of one layer: a view [num_slots, kv_heads, head_dim] of the buffer.")
 
     def store_kv(self, k: torch.Tensor, v: torch.Tensor, out_loc: torch.Tensor,
                  layer_id: int) -> None:
-        raise NotImplementedError("ch04: implement MHAKVCache.store_kv")
+        """Write k and v of the new tokens into slots out_loc of one layer."""
+        raise NotImplementedError("ch04: Write k and v of the new tokens into slots out_loc of one layer.")
 
     @property
     def num_slots(self) -> int:

@@ -34,7 +34,8 @@ class TorchAttnBackend(BaseAttnBackend):
         self.page_table = page_table
 
     def prepare_metadata(self, batch: Batch) -> None:
-        raise NotImplementedError("ch05: implement TorchAttnBackend.prepare_metadata")
+        """Build each request's padded slot list, the causal mask and the query layout."""
+        raise NotImplementedError("ch05: Build each request's padded slot list, the causal mask and the query layout.")
 
     @staticmethod
     def _gather(cache: torch.Tensor, kv_indices: torch.Tensor) -> torch.Tensor:
@@ -49,4 +50,5 @@ class TorchAttnBackend(BaseAttnBackend):
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
                 batch: Batch) -> torch.Tensor:
-        raise NotImplementedError("ch05: implement TorchAttnBackend.forward")
+        """Store k, v at out_loc, gather each request's keys and values, attend."""
+        raise NotImplementedError("ch05: Store k, v at out_loc, gather each request's keys and values, attend.")

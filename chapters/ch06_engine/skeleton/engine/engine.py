@@ -57,7 +57,8 @@ class Engine:
         return 2 * c.num_layers * c.num_kv_heads * c.head_dim * self.dtype.itemsize
 
     def _pages_that_fit(self) -> int:
-        raise NotImplementedError("ch06: implement Engine._pages_that_fit")
+        """How many KV pages the budget holds (free GPU memory share, or kv_cache_gib on CPU)."""
+        raise NotImplementedError("ch06: How many KV pages the budget holds (free GPU memory share, or kv_cache_gib on CPU).")
 
     def check_request_fits(self, prompt_len: int, max_tokens: int) -> None:
         """Raise RequestTooLongError if a request could never be served by this engine.

@@ -31,7 +31,8 @@ class Sampler:
         self.generator = torch.Generator(device=device).manual_seed(seed)
 
     def prepare(self, reqs: list[Req]) -> SamplingArgs:
-        raise NotImplementedError("ch06: implement Sampler.prepare")
+        """Per-row sampling tensors for these requests (temperature, top-k, top-p, greedy)."""
+        raise NotImplementedError("ch06: Per-row sampling tensors for these requests (temperature, top-k, top-p, greedy).")
 
     def sample(self, logits: torch.Tensor, args: SamplingArgs) -> torch.Tensor:
         """logits: [batch, vocab] -> next token ids [batch] (int64, on the device)."""

@@ -28,7 +28,8 @@ class DecodeManager:
         raise NotImplementedError("ch07: After a forward: requests that can decode join (or stay); the others leave.")
 
     def remove_req(self, req: Req) -> None:
-        raise NotImplementedError("ch07: implement DecodeManager.remove_req")
+        """Drop a finished request from the running set (no error if it already left)."""
+        raise NotImplementedError("ch07: Drop a finished request from the running set (no error if it already left).")
 
     def schedule_next_batch(self) -> Batch | None:
         """Every running request decodes one token together."""

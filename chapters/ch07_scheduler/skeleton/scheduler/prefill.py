@@ -27,10 +27,12 @@ class ChunkedReq(Req):
 
     @property
     def can_decode(self) -> bool:
-        raise NotImplementedError("written in chapter 10: implement ChunkedReq.can_decode")
+        """Never: a prompt chunk samples no token and does not join the decode set."""
+        raise NotImplementedError("written in chapter 10: Never: a prompt chunk samples no token and does not join the decode set.")
 
     def complete_one(self) -> None:
-        raise NotImplementedError("written in chapter 10: implement ChunkedReq.complete_one")
+        """The chunk's K/V are cached; no token was sampled, so device_len stays."""
+        raise NotImplementedError("written in chapter 10: The chunk's K/V are cached; no token was sampled, so device_len stays.")
 
 
 @dataclass
@@ -75,6 +77,7 @@ class PrefillAdder:
         return self._make_req(pending)
 
     def _make_req(self, pending: PendingReq) -> Req:
+        """Turn an admitted pending request into a Req, or a ChunkedReq if the budget runs out."""
         extend = min(pending.input_len - pending.cached_len, self.token_budget)
         self.token_budget -= extend
         end = pending.cached_len + extend

@@ -117,7 +117,9 @@ class Scheduler:
         raise NotImplementedError("ch07: Prefill first, to admit waiting requests soon; but right after a prefill, give the")
 
     def _forward(self, batch: Batch) -> ForwardData:
-        raise NotImplementedError("ch07: implement Scheduler._forward")
+        """Run a scheduled batch: write prompts, build inputs, forward, advance ledgers."""
+        raise NotImplementedError("ch07: Run a scheduled batch: write prompts, build inputs, forward, advance ledgers.")
 
     def _process_results(self, data: ForwardData | None) -> list[TokenOutput]:
-        raise NotImplementedError("ch07: implement Scheduler._process_results")
+        """Append sampled tokens, finish requests at EOS or max_tokens, free or cache their KV."""
+        raise NotImplementedError("ch07: Append sampled tokens, finish requests at EOS or max_tokens, free or cache their KV.")

@@ -73,7 +73,8 @@ class CacheManager:
         raise NotImplementedError("ch08: Give every request the pages its next forward writes into.")
 
     def _take_pages(self, num_pages: int) -> torch.Tensor:
-        raise NotImplementedError("ch08: implement CacheManager._take_pages")
+        """Pop pages off the free list, evicting from the prefix cache when it is short."""
+        raise NotImplementedError("ch08: Pop pages off the free list, evicting from the prefix cache when it is short.")
 
     def _free_slots(self, slots: torch.Tensor) -> None:
         """Return the pages starting at these page-aligned slots (one entry per token)."""

@@ -32,6 +32,7 @@ class DecodeManager:
                 self.running.pop(req.uid, None)
 
     def remove_req(self, req: Req) -> None:
+        """Drop a finished request from the running set (no error if it already left)."""
         self.running.pop(req.uid, None)
 
     def schedule_next_batch(self) -> Batch | None:

@@ -81,23 +81,27 @@ class RadixPrefixCache(BasePrefixCache):
         return torch.cat(parts[::-1]) if parts else self.root.value
 
     def match_prefix(self, input_ids: torch.Tensor) -> MatchResult:
-        raise NotImplementedError("ch09: implement RadixPrefixCache.match_prefix")
+        """Walk the tree along input_ids; return the matched handle and the slots of its path."""
+        raise NotImplementedError("ch09: Walk the tree along input_ids; return the matched handle and the slots of its path.")
 
     # ----- locking ------------------------------------------------------------------------
 
     def lock_handle(self, handle: BaseCacheHandle, unlock: bool = False) -> None:
-        raise NotImplementedError("ch09: implement RadixPrefixCache.lock_handle")
+        """Add (or remove) one reference on every node from the handle's node up to the root."""
+        raise NotImplementedError("ch09: Add (or remove) one reference on every node from the handle's node up to the root.")
 
     # ----- insertion ----------------------------------------------------------------------
 
     def insert_prefix(self, input_ids: torch.Tensor,
                       indices: torch.Tensor) -> tuple[int, BaseCacheHandle]:
-        raise NotImplementedError("ch09: implement RadixPrefixCache.insert_prefix")
+        """Insert the page-aligned prefix; return how much was already cached and a handle."""
+        raise NotImplementedError("ch09: Insert the page-aligned prefix; return how much was already cached and a handle.")
 
     # ----- eviction -----------------------------------------------------------------------
 
     def evict(self, num_tokens: int) -> torch.Tensor:
-        raise NotImplementedError("ch09: implement RadixPrefixCache.evict")
+        """Evict LRU unlocked leaves until num_tokens are freed; return their slots."""
+        raise NotImplementedError("ch09: Evict LRU unlocked leaves until num_tokens are freed; return their slots.")
 
     # ----- accounting ---------------------------------------------------------------------
 

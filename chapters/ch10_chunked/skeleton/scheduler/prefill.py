@@ -27,10 +27,12 @@ class ChunkedReq(Req):
 
     @property
     def can_decode(self) -> bool:
-        raise NotImplementedError("ch10: implement ChunkedReq.can_decode")
+        """Never: a prompt chunk samples no token and does not join the decode set."""
+        raise NotImplementedError("ch10: Never: a prompt chunk samples no token and does not join the decode set.")
 
     def complete_one(self) -> None:
-        raise NotImplementedError("ch10: implement ChunkedReq.complete_one")
+        """The chunk's K/V are cached; no token was sampled, so device_len stays."""
+        raise NotImplementedError("ch10: The chunk's K/V are cached; no token was sampled, so device_len stays.")
 
 
 @dataclass
@@ -75,7 +77,8 @@ class PrefillAdder:
         return self._make_req(pending)
 
     def _make_req(self, pending: PendingReq) -> Req:
-        raise NotImplementedError("ch10: implement PrefillAdder._make_req")
+        """Turn an admitted pending request into a Req, or a ChunkedReq if the budget runs out."""
+        raise NotImplementedError("ch10: Turn an admitted pending request into a Req, or a ChunkedReq if the budget runs out.")
 
 
 class PrefillManager:

@@ -135,6 +135,7 @@ class Scheduler:
         return batch
 
     def _forward(self, batch: Batch) -> ForwardData:
+        """Run a scheduled batch: write prompts, build inputs, forward, advance ledgers."""
         if batch.is_prefill:
             for req in batch.reqs:
                 self.table_manager.write_prompt(req)
@@ -152,6 +153,7 @@ class Scheduler:
         return ForwardData(batch, *start_copy_to_host(next_tokens))
 
     def _process_results(self, data: ForwardData | None) -> list[TokenOutput]:
+        """Append sampled tokens, finish requests at EOS or max_tokens, free or cache their KV."""
         if data is None:
             return []
         if data.copy_done is not None:
