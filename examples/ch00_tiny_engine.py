@@ -55,6 +55,7 @@ print(
 # Prefill time is the time to the first token (one forward over the whole prompt). Decode speed
 # is measured on the remaining tokens, each a forward over a single token that reuses the cache.
 
+
 # %%
 def run(prompt_ids: list[int]) -> tuple[list[int], float, float]:
     """Generate greedily; return (new token ids, prefill seconds, decode tokens/s)."""

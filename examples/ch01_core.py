@@ -53,15 +53,20 @@ MODEL = Path(os.environ.get("MINISGL_MODEL", ROOT / "models" / "SmolLM2-135M-Ins
 # that make no sense are refused when the object is made, with a message naming the field.
 
 # %%
-for kwargs in [{}, {"temperature": 0.7}, {"temperature": 0.7, "top_k": 1},
-               {"temperature": 1.0, "top_p": 0.9, "top_k": 50}]:
+for kwargs in [
+    {},
+    {"temperature": 0.7},
+    {"temperature": 0.7, "top_k": 1},
+    {"temperature": 1.0, "top_p": 0.9, "top_k": 50},
+]:
     params = SamplingParams(**kwargs)
-    print(f"SamplingParams({', '.join(f'{k}={v}' for k, v in kwargs.items())}):".ljust(58),
-          f"greedy={params.is_greedy}")
+    print(
+        f"SamplingParams({', '.join(f'{k}={v}' for k, v in kwargs.items())}):".ljust(58),
+        f"greedy={params.is_greedy}",
+    )
 
 print()
-for bad in [{"max_tokens": 0}, {"temperature": -1.0}, {"top_p": 0.0}, {"top_p": 1.5},
-            {"top_k": 0}]:
+for bad in [{"max_tokens": 0}, {"temperature": -1.0}, {"top_p": 0.0}, {"top_p": 1.5}, {"top_k": 0}]:
     try:
         SamplingParams(**bad)
         print(f"{bad}: accepted?!")
@@ -82,22 +87,32 @@ with exit_on_error():
 prompt = "The capital of France is"
 continuation = tokenizer.encode(prompt + " Paris, a city on the Seine.")
 prompt_ids = tokenizer.encode(prompt)
-replay = continuation[len(prompt_ids):]  # what a model would sample, token by token
+replay = continuation[len(prompt_ids) :]  # what a model would sample, token by token
 max_tokens = 5
 
-req = Req(torch.tensor(prompt_ids, dtype=torch.int32), table_idx=0, cached_len=0,
-          output_len=max_tokens, uid=0, sampling_params=SamplingParams(max_tokens=max_tokens))
+req = Req(
+    torch.tensor(prompt_ids, dtype=torch.int32),
+    table_idx=0,
+    cached_len=0,
+    output_len=max_tokens,
+    uid=0,
+    sampling_params=SamplingParams(max_tokens=max_tokens),
+)
 
-header = (f"{'after':<10}{'cached_len':>11}{'device_len':>11}{'max_device':>11}"
-          f"{'extend_len':>11}{'remain_len':>11}{'can_decode':>11}   text")
+header = (
+    f"{'after':<10}{'cached_len':>11}{'device_len':>11}{'max_device':>11}"
+    f"{'extend_len':>11}{'remain_len':>11}{'can_decode':>11}   text"
+)
 print(header)
 print("-" * len(header))
 
 
 def show(label: str) -> None:
     text = tokenizer.decode(req.input_ids.tolist())
-    print(f"{label:<10}{req.cached_len:>11}{req.device_len:>11}{req.max_device_len:>11}"
-          f"{req.extend_len:>11}{req.remain_len:>11}{str(req.can_decode):>11}   {text!r}")
+    print(
+        f"{label:<10}{req.cached_len:>11}{req.device_len:>11}{req.max_device_len:>11}"
+        f"{req.extend_len:>11}{req.remain_len:>11}{str(req.can_decode):>11}   {text!r}"
+    )
 
 
 show("creation")
@@ -109,8 +124,10 @@ while req.can_decode:
     step += 1
     show(phase)
 
-print(f"\n{req}: {len(req.input_ids)} tokens on the host "
-      f"({len(prompt_ids)} prompt + {max_tokens} generated in {step} forwards)")
+print(
+    f"\n{req}: {len(req.input_ids)} tokens on the host "
+    f"({len(prompt_ids)} prompt + {max_tokens} generated in {step} forwards)"
+)
 
 # %% [markdown]
 # `max_tokens` counts the token sampled by the prefill, so 5 tokens take 5 forwards (1 prefill +
@@ -121,8 +138,14 @@ print(f"\n{req}: {len(req.input_ids)} tokens on the host "
 # `cached_len > 0`: its prefill computes only the uncached tail.
 
 # %%
-hit = Req(torch.tensor(prompt_ids, dtype=torch.int32), table_idx=1, cached_len=3,
-          output_len=max_tokens, uid=1, sampling_params=SamplingParams(max_tokens=max_tokens))
+hit = Req(
+    torch.tensor(prompt_ids, dtype=torch.int32),
+    table_idx=1,
+    cached_len=3,
+    output_len=max_tokens,
+    uid=1,
+    sampling_params=SamplingParams(max_tokens=max_tokens),
+)
 print(f"prefix hit: {hit}, extend_len={hit.extend_len} of {len(prompt_ids)} prompt tokens")
 
 # %% [markdown]
@@ -143,8 +166,14 @@ for why, change in ledgers.items():
     cached, output_len = change.get("cached_len", 0), change.get("output_len", 4)
     ledger = f"0 <= {cached} < {len(ids)} <= {len(ids) + output_len}"
     try:
-        Req(torch.tensor(ids, dtype=torch.int32), table_idx=0, cached_len=cached,
-            output_len=output_len, uid=9, sampling_params=SamplingParams(max_tokens=4))
+        Req(
+            torch.tensor(ids, dtype=torch.int32),
+            table_idx=0,
+            cached_len=cached,
+            output_len=output_len,
+            uid=9,
+            sampling_params=SamplingParams(max_tokens=4),
+        )
         print(f"{why:20} {ledger:18} accepted?!")
     except (AssertionError, ValueError) as error:
         print(f"{why:20} {ledger:18} -> {type(error).__name__}: {error}")
@@ -157,8 +186,9 @@ for why, change in ledgers.items():
 # `Context` for the duration of a forward, and layers read it with `get_global_ctx()`.
 
 # %%
-ctx = Context(page_size=1, kv_cache=None, page_table=torch.zeros(1, 16, dtype=torch.int32),
-              attn_backend=None)
+ctx = Context(
+    page_size=1, kv_cache=None, page_table=torch.zeros(1, 16, dtype=torch.int32), attn_backend=None
+)
 batch = Batch([req], "decode")
 print(f"batch: {batch.size} request(s), phase={batch.phase}, is_decode={batch.is_decode}")
 

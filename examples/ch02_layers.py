@@ -42,8 +42,15 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 from transformers.utils import logging as hf_logging
 
 from minisgl.core import Batch, Context
-from minisgl.layers import (AttentionLayer, Linear, LMHead, RMSNorm, RotaryEmbedding,
-                            VocabEmbedding, silu_and_mul)
+from minisgl.layers import (
+    AttentionLayer,
+    Linear,
+    LMHead,
+    RMSNorm,
+    RotaryEmbedding,
+    VocabEmbedding,
+    silu_and_mul,
+)
 from minisgl.layers.rotary import default_inv_freq, llama3_inv_freq
 
 MODEL = Path(os.environ.get("MINISGL_MODEL", ROOT / "models" / "SmolLM2-135M-Instruct"))
@@ -60,8 +67,10 @@ ids = torch.tensor(tokenizer.encode("The capital of France is"))
 positions = torch.arange(len(ids))
 heads, kv_heads, head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
 q_size, kv_size = heads * head_dim, kv_heads * head_dim
-print(f"{MODEL.name}: hidden {cfg.hidden_size}, {heads} query / {kv_heads} KV heads of "
-      f"{head_dim}, MLP {cfg.intermediate_size}, vocab {cfg.vocab_size}; {len(ids)} prompt tokens")
+print(
+    f"{MODEL.name}: hidden {cfg.hidden_size}, {heads} query / {kv_heads} KV heads of "
+    f"{head_dim}, MLP {cfg.intermediate_size}, vocab {cfg.vocab_size}; {len(ids)} prompt tokens"
+)
 
 results: list[tuple[str, str, float]] = []  # (our layer, transformers' module, max |diff|)
 
@@ -84,10 +93,14 @@ for shard, name in enumerate(["q_proj", "k_proj", "v_proj"]):
     tensor = getattr(hf_layer.self_attn, name).weight
     qkv.load_shard("weight", shard, tensor)
     start = sum(qkv.output_sizes[:shard])
-    print(f"  {name}.weight {tuple(tensor.shape)} -> qkv_proj.weight rows "
-          f"[{start}:{start + qkv.output_sizes[shard]}]")
-print(f"qkv_proj.weight: {tuple(qkv.weight.shape)} (output_sizes {qkv.output_sizes}), one matmul "
-      "instead of three")
+    print(
+        f"  {name}.weight {tuple(tensor.shape)} -> qkv_proj.weight rows "
+        f"[{start}:{start + qkv.output_sizes[shard]}]"
+    )
+print(
+    f"qkv_proj.weight: {tuple(qkv.weight.shape)} (output_sizes {qkv.output_sizes}), one matmul "
+    "instead of three"
+)
 try:
     qkv.load_shard("weight", 1, hf_layer.self_attn.q_proj.weight)  # q's tensor into k's rows
 except ValueError as error:
@@ -118,8 +131,9 @@ for out, name in zip((q, k, v), ("q_proj", "k_proj", "v_proj")):
 rotary = RotaryEmbedding(head_dim, cfg.rope_parameters["rope_theta"], cfg.max_position_embeddings)
 q_rot, k_rot = rotary(positions, q.view(-1, heads, head_dim), k.view(-1, kv_heads, head_dim))
 cos, sin = hf.model.rotary_emb(x, positions[None])
-hf_q, hf_k = apply_rotary_pos_emb(q.view(1, -1, heads, head_dim), k.view(1, -1, kv_heads, head_dim),
-                                  cos, sin, unsqueeze_dim=2)
+hf_q, hf_k = apply_rotary_pos_emb(
+    q.view(1, -1, heads, head_dim), k.view(1, -1, kv_heads, head_dim), cos, sin, unsqueeze_dim=2
+)
 compare("RotaryEmbedding (q)", "apply_rotary_pos_emb", q_rot, hf_q[0])
 compare("RotaryEmbedding (k)", "apply_rotary_pos_emb", k_rot, hf_k[0])
 
@@ -128,16 +142,21 @@ class DenseCausalBackend:
     """One request, no KV cache: causal attention over the batch's own tokens."""
 
     def forward(self, q, k, v, layer_id, batch):  # noqa: ANN001, ANN201 - the backend interface
-        out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
-                                             is_causal=True, enable_gqa=True)
+        out = F.scaled_dot_product_attention(
+            q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True, enable_gqa=True
+        )
         return out.transpose(0, 1)
 
 
 attn = AttentionLayer(0, heads, kv_heads, head_dim, rotary)
 o_proj = Linear(q_size, [cfg.hidden_size])
 o_proj.load_shard("weight", 0, hf_layer.self_attn.o_proj.weight)
-ctx = Context(page_size=1, kv_cache=None, page_table=torch.zeros(1, 1, dtype=torch.int32),
-              attn_backend=DenseCausalBackend())
+ctx = Context(
+    page_size=1,
+    kv_cache=None,
+    page_table=torch.zeros(1, 1, dtype=torch.int32),
+    attn_backend=DenseCausalBackend(),
+)
 batch = Batch([], "prefill")
 batch.positions = positions
 with ctx.forward_batch(batch):
@@ -148,8 +167,12 @@ compare("AttentionLayer + o_proj", "LlamaAttention", attn_out, hf_attn_out)
 post_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 post_norm.weight.data.copy_(hf_layer.post_attention_layernorm.weight)
 h2, residual = post_norm.forward_residual(attn_out, x)
-compare("RMSNorm.forward_residual", "x + attn, then norm",
-        h2, hf_layer.post_attention_layernorm(x + hf_attn_out))
+compare(
+    "RMSNorm.forward_residual",
+    "x + attn, then norm",
+    h2,
+    hf_layer.post_attention_layernorm(x + hf_attn_out),
+)
 
 gate_up = Linear(cfg.hidden_size, [cfg.intermediate_size] * 2)
 gate_up.load_shard("weight", 0, hf_layer.mlp.gate_proj.weight)
@@ -157,8 +180,12 @@ gate_up.load_shard("weight", 1, hf_layer.mlp.up_proj.weight)
 down = Linear(cfg.intermediate_size, [cfg.hidden_size])
 down.load_shard("weight", 0, hf_layer.mlp.down_proj.weight)
 act = silu_and_mul(gate_up(h2))
-compare("silu_and_mul", "silu(gate_proj) * up_proj",
-        act, F.silu(hf_layer.mlp.gate_proj(h2)) * hf_layer.mlp.up_proj(h2))
+compare(
+    "silu_and_mul",
+    "silu(gate_proj) * up_proj",
+    act,
+    F.silu(hf_layer.mlp.gate_proj(h2)) * hf_layer.mlp.up_proj(h2),
+)
 compare("MLP (gate_up, act, down)", "LlamaMLP", down(act), hf_layer.mlp(h2))
 
 head = LMHead(cfg.vocab_size, cfg.hidden_size, tied_to=emb)  # SmolLM2 ties its embeddings
@@ -189,7 +216,9 @@ print(f"{'m':>6}{'n':>6}{'m - n':>7}{'q(m) . k(n)':>14}")
 for m, n in [(3, 0), (10, 7), (500, 497), (8000, 7997), (3, 1), (3, 3), (0, 3)]:
     print(f"{m:>6}{n:>6}{m - n:>7}{score(m, n):>14.5f}")
 rotated, _ = rotary(torch.tensor([1234]), q0, k0)
-print(f"|q| = {q0.norm():.5f}, |q rotated to position 1234| = {rotated.norm():.5f} (a pure rotation)")
+print(
+    f"|q| = {q0.norm():.5f}, |q rotated to position 1234| = {rotated.norm():.5f} (a pure rotation)"
+)
 
 # %% [markdown]
 # ## Llama 3's three frequency bands
@@ -206,12 +235,18 @@ theta, context = tiny.rope_parameters["rope_theta"], scaling["original_max_posit
 plain = default_inv_freq(tiny.head_dim, theta)
 scaled = llama3_inv_freq(tiny.head_dim, theta, scaling)
 expected, _ = ROPE_INIT_FUNCTIONS["llama3"](tiny)
-print(f"theta {theta:g}, factor {scaling['factor']}, original context {context}; "
-      f"max |diff| vs transformers: {(scaled - expected).abs().max():.2e}")
+print(
+    f"theta {theta:g}, factor {scaling['factor']}, original context {context}; "
+    f"max |diff| vs transformers: {(scaled - expected).abs().max():.2e}"
+)
 print(f"{'pair':>4}{'wavelength':>12}{'default':>12}{'llama3':>12}{'ratio':>8}  band")
 for i, (p, s) in enumerate(zip(plain.tolist(), scaled.tolist())):
     wavelength = 2 * torch.pi / p
-    band = ("kept" if wavelength < context / scaling["high_freq_factor"] else
-            "divided by factor" if wavelength > context / scaling["low_freq_factor"] else
-            "interpolated")
+    band = (
+        "kept"
+        if wavelength < context / scaling["high_freq_factor"]
+        else "divided by factor"
+        if wavelength > context / scaling["low_freq_factor"]
+        else "interpolated"
+    )
     print(f"{i:>4}{wavelength:>12.1f}{p:>12.3e}{s:>12.3e}{p / s:>8.2f}  {band}")

@@ -66,14 +66,18 @@ with exit_on_error():
 for field in dataclasses.fields(config):
     print(f"  {field.name:<24}{getattr(config, field.name)}")
 
-print(f"\n{'model':<24}{'architecture':<20}{'qkv_bias':>9}{'o_bias':>7}{'qk_norm':>8}{'tied':>6}"
-      f"{'rope_theta':>11}  rope_scaling")
+print(
+    f"\n{'model':<24}{'architecture':<20}{'qkv_bias':>9}{'o_bias':>7}{'qk_norm':>8}{'tied':>6}"
+    f"{'rope_theta':>11}  rope_scaling"
+)
 for name in ["SmolLM2-135M-Instruct", "tiny-llama", "tiny-qwen2", "tiny-qwen3"]:
     if (ROOT / "models" / name / "config.json").is_file():
         c = ModelConfig.from_dir(ROOT / "models" / name)
         rope = (c.rope_scaling or {}).get("rope_type", "-")
-        print(f"{name:<24}{c.architecture:<20}{c.qkv_bias!s:>9}{c.o_bias!s:>7}{c.qk_norm!s:>8}"
-              f"{c.tie_word_embeddings!s:>6}{c.rope_theta:>11.0f}  {rope}")
+        print(
+            f"{name:<24}{c.architecture:<20}{c.qkv_bias!s:>9}{c.o_bias!s:>7}{c.qk_norm!s:>8}"
+            f"{c.tie_word_embeddings!s:>6}{c.rope_theta:>11.0f}  {rope}"
+        )
 
 # %% [markdown]
 # ## Build the model, then load the checkpoint into it
@@ -90,17 +94,21 @@ with safe_open(MODEL / "model.safetensors", framework="pt") as f:
         ours, shard = map_weight_name(key, model.WEIGHT_NAME_MAP)
         where = f"  (shard {shard})" if shard is not None else ""
         shape = tuple(f.get_slice(key).get_shape())
-        print(f"  {key[len(layer0):]:<34}{shape!s:<13}-> {ours[len(layer0):]}{where}")
+        print(f"  {key[len(layer0) :]:<34}{shape!s:<13}-> {ours[len(layer0) :]}{where}")
 
 start = time.perf_counter()
 load_weights(model, MODEL, progress=False)
 seconds = time.perf_counter() - start
 params = sum(p.numel() for p in model.parameters())
-print(f"\n{len(keys)} checkpoint tensors -> {len(list(model.parameters()))} parameters "
-      f"({params / 1e6:.1f} M numbers) in {seconds:.2f} s; "
-      f"lm_head {'shares the embedding' if config.tie_word_embeddings else 'has its own weight'}")
-print(f"layer 0 qkv_proj.weight {tuple(model.model.layers[0].self_attn.qkv_proj.weight.shape)}, "
-      f"gate_up_proj.weight {tuple(model.model.layers[0].mlp.gate_up_proj.weight.shape)}")
+print(
+    f"\n{len(keys)} checkpoint tensors -> {len(list(model.parameters()))} parameters "
+    f"({params / 1e6:.1f} M numbers) in {seconds:.2f} s; "
+    f"lm_head {'shares the embedding' if config.tie_word_embeddings else 'has its own weight'}"
+)
+print(
+    f"layer 0 qkv_proj.weight {tuple(model.model.layers[0].self_attn.qkv_proj.weight.shape)}, "
+    f"gate_up_proj.weight {tuple(model.model.layers[0].mlp.gate_up_proj.weight.shape)}"
+)
 
 # %% [markdown]
 # ## One forward: the next token after the prompt
@@ -112,13 +120,20 @@ print(f"layer 0 qkv_proj.weight {tuple(model.model.layers[0].self_attn.qkv_proj.
 tokenizer = AutoTokenizer.from_pretrained(MODEL)
 ids = tokenizer.encode(PROMPT)
 n = len(ids)
-kv_cache = MHAKVCache(n, config.num_layers, config.num_kv_heads, config.head_dim, torch.float32,
-                      torch.device("cpu"))
+kv_cache = MHAKVCache(
+    n, config.num_layers, config.num_kv_heads, config.head_dim, torch.float32, torch.device("cpu")
+)
 page_table = torch.arange(n, dtype=torch.int32)[None]  # row 0: position i -> slot i
 backend = TorchAttnBackend(kv_cache, page_table)
 ctx = Context(1, kv_cache, page_table, backend)
-req = Req(torch.tensor(ids, dtype=torch.int32), table_idx=0, cached_len=0, output_len=1, uid=0,
-          sampling_params=SamplingParams(max_tokens=1))
+req = Req(
+    torch.tensor(ids, dtype=torch.int32),
+    table_idx=0,
+    cached_len=0,
+    output_len=1,
+    uid=0,
+    sampling_params=SamplingParams(max_tokens=1),
+)
 batch = Batch([req], "prefill")
 batch.input_ids = req.input_ids
 batch.positions = torch.arange(n)
@@ -127,13 +142,17 @@ backend.prepare_metadata(batch)
 start = time.perf_counter()
 with torch.inference_mode(), ctx.forward_batch(batch):
     logits = model()
-print(f"{PROMPT!r}: {n} tokens, logits {tuple(logits.shape)} in "
-      f"{(time.perf_counter() - start) * 1000:.0f} ms")
+print(
+    f"{PROMPT!r}: {n} tokens, logits {tuple(logits.shape)} in "
+    f"{(time.perf_counter() - start) * 1000:.0f} ms"
+)
 
 probs = logits[0].softmax(-1)
 top = probs.topk(5)
 for rank, (p, token) in enumerate(zip(top.values.tolist(), top.indices.tolist()), 1):
-    print(f"  {rank}. {tokenizer.decode([token])!r:<12} p = {p:.3f}  logit = {logits[0, token]:.3f}")
+    print(
+        f"  {rank}. {tokenizer.decode([token])!r:<12} p = {p:.3f}  logit = {logits[0, token]:.3f}"
+    )
 
 # %% [markdown]
 # ## The same logits as transformers?
@@ -143,9 +162,11 @@ hf = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float32).eval()
 with torch.inference_mode():
     expected = hf(torch.tensor([ids])).logits[0, -1]
 diff = (logits[0] - expected).abs().max().item()
-print(f"max |logit diff| vs transformers: {diff:.2e} (logits range "
-      f"{expected.min():.1f} .. {expected.max():.1f}); same argmax: "
-      f"{logits[0].argmax().item() == expected.argmax().item()}")
+print(
+    f"max |logit diff| vs transformers: {diff:.2e} (logits range "
+    f"{expected.min():.1f} .. {expected.max():.1f}); same argmax: "
+    f"{logits[0].argmax().item() == expected.argmax().item()}"
+)
 
 # %% [markdown]
 # ## Clear errors
@@ -154,9 +175,14 @@ print(f"max |logit diff| vs transformers: {diff:.2e} (logits range "
 # user's mistakes, not bugs: they raise a `MinisglError` that names the problem.
 
 # %%
-for attempt in [lambda: ModelConfig.from_dir("no-such-model"),
-                lambda: create_model(dataclasses.replace(config, architecture="GPT2LMHeadModel"),
-                                     torch.device("cpu"), torch.float32)]:
+for attempt in [
+    lambda: ModelConfig.from_dir("no-such-model"),
+    lambda: create_model(
+        dataclasses.replace(config, architecture="GPT2LMHeadModel"),
+        torch.device("cpu"),
+        torch.float32,
+    ),
+]:
     try:
         attempt()
     except MinisglError as error:

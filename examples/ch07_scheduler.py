@@ -29,16 +29,24 @@ from minisgl.utils import exit_on_error
 ROOT = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd()
 MODEL = os.environ.get("MINISGL_MODEL", str(ROOT / "models" / "SmolLM2-135M-Instruct"))
 
-PROMPTS = ["The capital of France is", "List three fruits:", "def add(a, b):",
-           "The sun is a", "Water boils at", "My favourite book is",
-           "The opposite of hot is", "In 1969, astronauts"]
+PROMPTS = [
+    "The capital of France is",
+    "List three fruits:",
+    "def add(a, b):",
+    "The sun is a",
+    "Water boils at",
+    "My favourite book is",
+    "The opposite of hot is",
+    "In 1969, astronauts",
+]
 MAX_TOKENS = [4, 8, 12, 16, 6, 10, 14, 18]
 
 
 def main() -> None:
     # Four table rows for eight requests: the last four wait until rows free up.
-    with LLM(MODEL, cache_type="naive", enable_overlap=False, max_running_req=4,
-             show_progress=False) as llm:
+    with LLM(
+        MODEL, cache_type="naive", enable_overlap=False, max_running_req=4, show_progress=False
+    ) as llm:
         params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in MAX_TOKENS]
         start = time.perf_counter()
         outputs = llm.generate(PROMPTS, params)
@@ -52,8 +60,10 @@ def main() -> None:
     for prompt, out in zip(PROMPTS, outputs):
         print(f"{prompt!r:<28} {len(out['token_ids']):>2} tokens -> {out['text']!r}")
     total = sum(len(o["token_ids"]) for o in outputs)
-    print(f"\n{len(PROMPTS)} requests, {total} tokens, {len(steps)} steps, "
-          f"{total / elapsed:.1f} tokens/s")
+    print(
+        f"\n{len(PROMPTS)} requests, {total} tokens, {len(steps)} steps, "
+        f"{total / elapsed:.1f} tokens/s"
+    )
 
 
 # %%

@@ -30,23 +30,38 @@ ROOT = Path(__file__).resolve().parent.parent if "__file__" in globals() else Pa
 MODEL = os.environ.get("MINISGL_MODEL", str(ROOT / "models" / "SmolLM2-135M-Instruct"))
 BUDGET = 96
 
-LONG_PROMPT = " ".join(
-    f"Fact {i}: the {color} box holds {i * 7 % 13} marbles." for i, color in
-    enumerate(["red", "blue", "green", "yellow", "white", "black", "orange", "purple"] * 3)
-) + " Question: which box holds the most marbles? Answer:"
+LONG_PROMPT = (
+    " ".join(
+        f"Fact {i}: the {color} box holds {i * 7 % 13} marbles."
+        for i, color in enumerate(
+            ["red", "blue", "green", "yellow", "white", "black", "orange", "purple"] * 3
+        )
+    )
+    + " Question: which box holds the most marbles? Answer:"
+)
 
 
 def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(MODEL)
-    scheduler = Scheduler(SchedulerConfig(MODEL, cache_type="naive", enable_overlap=False,
-                                          max_extend_tokens=BUDGET, show_progress=False))
-    short = scheduler.add_request(tokenizer.encode("Once upon a time"),
-                                  SamplingParams(max_tokens=10, ignore_eos=True))
+    scheduler = Scheduler(
+        SchedulerConfig(
+            MODEL,
+            cache_type="naive",
+            enable_overlap=False,
+            max_extend_tokens=BUDGET,
+            show_progress=False,
+        )
+    )
+    short = scheduler.add_request(
+        tokenizer.encode("Once upon a time"), SamplingParams(max_tokens=10, ignore_eos=True)
+    )
     scheduler.step()  # the short request is prefilled and starts decoding
     long_ids = tokenizer.encode(LONG_PROMPT)
     long = scheduler.add_request(long_ids, SamplingParams(max_tokens=8))
-    print(f"long prompt: {len(long_ids)} tokens, budget {BUDGET} per step -> "
-          f"{div_ceil(len(long_ids), BUDGET)} prefill chunks\n")
+    print(
+        f"long prompt: {len(long_ids)} tokens, budget {BUDGET} per step -> "
+        f"{div_ceil(len(long_ids), BUDGET)} prefill chunks\n"
+    )
 
     texts: dict[int, list[int]] = {short: [], long: []}
     print("step  phase    requests  tokens")

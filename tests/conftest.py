@@ -17,8 +17,11 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
 SMOLLM2 = MODELS / "SmolLM2-135M-Instruct"
-TINY_MODELS = {"qwen3": MODELS / "tiny-qwen3", "qwen2": MODELS / "tiny-qwen2",
-               "llama": MODELS / "tiny-llama"}
+TINY_MODELS = {
+    "qwen3": MODELS / "tiny-qwen3",
+    "qwen2": MODELS / "tiny-qwen2",
+    "llama": MODELS / "tiny-llama",
+}
 
 # Examples are importable by tests (e.g. the stage 1 milestone's hand-batched loop).
 sys.path.insert(0, str(ROOT / "examples"))
@@ -26,8 +29,9 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 def require_model(path: Path) -> Path:
     if not (path / "config.json").is_file():
-        pytest.fail(f"model {path.name} is not provisioned: run `python tools/provision.py`",
-                    pytrace=False)
+        pytest.fail(
+            f"model {path.name} is not provisioned: run `python tools/provision.py`", pytrace=False
+        )
     return path
 
 
@@ -61,9 +65,14 @@ def hf_greedy(path: Path, prompt_ids: list[int], max_new_tokens: int) -> list[in
     """What transformers generates greedily for one prompt, ignoring EOS."""
     model = load_hf_model(path)
     with torch.inference_mode():
-        out = model.generate(torch.tensor([prompt_ids]), max_new_tokens=max_new_tokens,
-                             do_sample=False, eos_token_id=None, pad_token_id=0)
-    return out[0, len(prompt_ids):].tolist()
+        out = model.generate(
+            torch.tensor([prompt_ids]),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
+        )
+    return out[0, len(prompt_ids) :].tolist()
 
 
 _HF_GREEDY_CACHE: dict[tuple[Path, tuple[int, ...]], list[int]] = {}
@@ -124,20 +133,53 @@ def run_until_idle(scheduler, max_steps: int = SCHEDULER_MAX_STEPS) -> list[list
     return steps
 
 
+def guard_steps(scheduler, max_steps: int = SCHEDULER_MAX_STEPS):  # noqa: ANN001, ANN201
+    """Make `scheduler.step` fail fast, with a clear message, once it has run `max_steps` steps
+    without becoming idle: a stuck request (a leaked table row, a request that can never be
+    admitted) then fails its test at once instead of spinning inside LLM.generate until the
+    test file's timeout. Returns the scheduler."""
+    step = scheduler.step
+    busy_steps = 0
+
+    def guarded_step() -> list:
+        nonlocal busy_steps
+        busy_steps += 1
+        assert busy_steps <= max_steps, (
+            f"the scheduler ran {max_steps} steps without becoming idle: a request is stuck "
+            f"({len(scheduler.prefill_manager.pending_list)} waiting, "
+            f"{len(scheduler.decode_manager.running_reqs)} running, "
+            f"{scheduler.table_manager.available_size} free table rows; a leaked row or page?)"
+        )
+        outputs = step()
+        if not scheduler.has_work:
+            busy_steps = 0
+        return outputs
+
+    scheduler.step = guarded_step
+    return scheduler
+
+
+def guarded_llm(model_dir: Path, **config):  # noqa: ANN003, ANN201 - a minisgl LLM
+    """An LLM whose scheduler has a step guard (`guard_steps`)."""
+    from minisgl.llm import LLM
+
+    llm = LLM(str(model_dir), **config)
+    guard_steps(llm.scheduler)
+    return llm
+
+
 def llm_fixture(config):  # noqa: ANN001, ANN201 - config(**overrides) -> LLM kwargs
     """A module-scoped fixture `llms(model_dir, **overrides) -> LLM` that builds each distinct
-    LLM once per test module, with the module's own `config` defaults."""
+    LLM (with a step guard) once per test module, with the module's own `config` defaults."""
 
     @pytest.fixture(scope="module")
     def llms():  # noqa: ANN202
-        from minisgl.llm import LLM
+        cache: dict[tuple, object] = {}
 
-        cache: dict[tuple, LLM] = {}
-
-        def get(model_dir: Path, **overrides) -> LLM:  # noqa: ANN003
+        def get(model_dir: Path, **overrides):  # noqa: ANN003, ANN202 - a minisgl LLM
             key = (model_dir, tuple(sorted(overrides.items())))
             if key not in cache:
-                cache[key] = LLM(str(model_dir), **config(**overrides))
+                cache[key] = guarded_llm(model_dir, **config(**overrides))
             return cache[key]
 
         return get

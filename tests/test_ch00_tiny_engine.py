@@ -215,3 +215,25 @@ def test_engine_loads_a_model_dir_and_names_a_missing_one(tmp_path):
     with pytest.raises(FileNotFoundError, match="provision") as err:
         TinyEngine(missing)
     assert str(missing) in str(err.value)
+
+
+def test_rms_norm_adds_eps_under_the_root_so_tiny_and_zero_vectors_stay_finite():
+    """eps goes inside the square root: it caps how far a tiny vector is scaled up, and makes an
+    all-zero vector (x = 0) normalize to 0 instead of 0 * inf = NaN."""
+    weight, eps = torch.ones(64), 1e-6
+    tiny = torch.full((1, 64), 1e-4)  # mean square 1e-8, well below eps
+    expected = tiny / torch.sqrt(tiny.pow(2).mean(-1, keepdim=True) + eps)
+    torch.testing.assert_close(rms_norm(tiny, weight, eps), expected, atol=ATOL, rtol=RTOL)
+    zeros = torch.zeros(2, 64)
+    assert torch.equal(rms_norm(zeros, weight, eps), zeros)
+
+
+def test_generate_returns_the_reply_without_its_special_tokens(engine):
+    eng = engine(SMOLLM2)
+    chat = [{"role": "user", "content": "What is 2+2?"}]
+    prompt = eng.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+    ids = eng.generate_ids(eng.tokenizer.encode(prompt), 64)
+    assert ids[-1] in eng.model.config.eos_token_ids, "the reply must end at EOS"
+    text = eng.generate(prompt, 64)
+    assert text == eng.tokenizer.decode(ids, skip_special_tokens=True)
+    assert eng.tokenizer.decode(ids[-1:]) not in text, "the EOS token is not part of the text"

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from minisgl.core import Batch, Context, Req, SamplingParams, get_global_ctx
+from minisgl.utils import InvalidRequestError
 
 # Req.__post_init__ may enforce its invariant with `assert` (as the reference does) or a ValueError.
 LEDGER_ERRORS = (AssertionError, ValueError)
@@ -19,14 +20,24 @@ LEDGER_ERRORS = (AssertionError, ValueError)
 
 def make_req(prompt_len: int, max_tokens: int, cached_len: int = 0, uid: int = 0) -> Req:
     prompt = torch.arange(100, 100 + prompt_len, dtype=torch.int32)
-    return Req(prompt, table_idx=uid, cached_len=cached_len, output_len=max_tokens, uid=uid,
-               sampling_params=SamplingParams(max_tokens=max_tokens))
+    return Req(
+        prompt,
+        table_idx=uid,
+        cached_len=cached_len,
+        output_len=max_tokens,
+        uid=uid,
+        sampling_params=SamplingParams(max_tokens=max_tokens),
+    )
 
 
 def make_ctx() -> Context:
     """A context with no real KV pool or backend: forward_batch only needs the object."""
-    return Context(page_size=1, kv_cache=None, page_table=torch.zeros(1, 8, dtype=torch.int32),
-                   attn_backend=None)
+    return Context(
+        page_size=1,
+        kv_cache=None,
+        page_table=torch.zeros(1, 8, dtype=torch.int32),
+        attn_backend=None,
+    )
 
 
 def assert_no_active_ctx() -> None:
@@ -42,39 +53,54 @@ def test_sampling_params_accept_the_edges_of_every_valid_range():
     SamplingParams()
     SamplingParams(temperature=0.0, top_k=-1, top_p=1.0, max_tokens=1)
     params = SamplingParams(temperature=1.5, top_k=1, top_p=1e-3, max_tokens=4096, ignore_eos=True)
-    assert (params.temperature, params.top_k, params.top_p, params.max_tokens) == (1.5, 1, 1e-3, 4096)
+    assert (params.temperature, params.top_k, params.top_p, params.max_tokens) == (
+        1.5,
+        1,
+        1e-3,
+        4096,
+    )
 
 
 @pytest.mark.parametrize("max_tokens", [0, -1])
 def test_sampling_params_reject_non_positive_max_tokens(max_tokens):
-    with pytest.raises(ValueError, match="max_tokens"):
+    with pytest.raises(InvalidRequestError, match="max_tokens"):
         SamplingParams(max_tokens=max_tokens)
 
 
 def test_sampling_params_reject_negative_temperature():
-    with pytest.raises(ValueError, match="temperature"):
+    with pytest.raises(InvalidRequestError, match="temperature"):
         SamplingParams(temperature=-0.1)
 
 
 @pytest.mark.parametrize("top_p", [0.0, -0.5, 1.01])
 def test_sampling_params_reject_top_p_outside_zero_one(top_p):
-    with pytest.raises(ValueError, match="top_p"):
+    with pytest.raises(InvalidRequestError, match="top_p"):
         SamplingParams(top_p=top_p)
 
 
 @pytest.mark.parametrize("top_k", [0, -2])
 def test_sampling_params_reject_top_k_other_than_minus_one_or_positive(top_k):
-    with pytest.raises(ValueError, match="top_k"):
+    with pytest.raises(InvalidRequestError, match="top_k"):
         SamplingParams(top_k=top_k)
 
 
-@pytest.mark.parametrize(("temperature", "top_k", "greedy"), [
-    (0.0, -1, True),  # temperature 0 is argmax
-    (0.0, 50, True),
-    (0.8, 1, True),  # keeping only the top token is argmax too, whatever the temperature
-    (0.8, -1, False),
-    (0.8, 2, False),
-])
+def test_sampling_params_take_an_optional_non_negative_seed():
+    assert SamplingParams().seed is None
+    assert SamplingParams(temperature=1.0, seed=0).seed == 0
+    with pytest.raises(InvalidRequestError, match="seed"):
+        SamplingParams(seed=-1)
+
+
+@pytest.mark.parametrize(
+    ("temperature", "top_k", "greedy"),
+    [
+        (0.0, -1, True),  # temperature 0 is argmax
+        (0.0, 50, True),
+        (0.8, 1, True),  # keeping only the top token is argmax too, whatever the temperature
+        (0.8, -1, False),
+        (0.8, 2, False),
+    ],
+)
 def test_is_greedy_means_temperature_zero_or_top_k_one(temperature, top_k, greedy):
     assert SamplingParams(temperature=temperature, top_k=top_k).is_greedy is greedy
 
@@ -134,13 +160,16 @@ def test_append_host_keeps_the_prompt_and_its_dtype():
     assert req.input_ids.tolist() == prompt.tolist() + [42, 7]
 
 
-@pytest.mark.parametrize(("prompt_len", "max_tokens", "cached_len"), [
-    pytest.param(4, 2, 4, id="whole_prompt_cached"),  # a forward needs one uncached token
-    pytest.param(4, 2, 5, id="more_cached_than_prompt"),
-    pytest.param(4, 2, -1, id="negative_cached_len"),
-    pytest.param(0, 2, 0, id="empty_prompt"),
-    pytest.param(4, -1, 0, id="device_len_past_max_device_len"),
-])
+@pytest.mark.parametrize(
+    ("prompt_len", "max_tokens", "cached_len"),
+    [
+        pytest.param(4, 2, 4, id="whole_prompt_cached"),  # a forward needs one uncached token
+        pytest.param(4, 2, 5, id="more_cached_than_prompt"),
+        pytest.param(4, 2, -1, id="negative_cached_len"),
+        pytest.param(0, 2, 0, id="empty_prompt"),
+        pytest.param(4, -1, 0, id="device_len_past_max_device_len"),
+    ],
+)
 def test_req_rejects_a_ledger_that_breaks_the_invariant(prompt_len, max_tokens, cached_len):
     # Invariant: 0 <= cached_len < device_len <= max_device_len.
     with pytest.raises(LEDGER_ERRORS):

@@ -16,13 +16,23 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoConfig, LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-from transformers.models.llama.modeling_llama import (LlamaRMSNorm, LlamaRotaryEmbedding,
-                                                      apply_rotary_pos_emb)
+from transformers.models.llama.modeling_llama import (
+    LlamaRMSNorm,
+    LlamaRotaryEmbedding,
+    apply_rotary_pos_emb,
+)
 from transformers.models.llama.modeling_llama import rotate_half as hf_rotate_half
 
 from minisgl.core import Batch, Context
-from minisgl.layers import (AttentionLayer, Linear, LMHead, RMSNorm, RotaryEmbedding,
-                            VocabEmbedding, silu_and_mul)
+from minisgl.layers import (
+    AttentionLayer,
+    Linear,
+    LMHead,
+    RMSNorm,
+    RotaryEmbedding,
+    VocabEmbedding,
+    silu_and_mul,
+)
 from minisgl.layers.rotary import default_inv_freq, llama3_inv_freq, rotate_half
 
 # float32 on CPU: our ops and transformers' differ at most in summation order.
@@ -64,9 +74,11 @@ def our_rotary(hf_config) -> RotaryEmbedding:
     return RotaryEmbedding(hf_config.head_dim, theta, hf_config.max_position_embeddings, scaling)
 
 
-def hf_rope(hf_config, positions: torch.Tensor, q: torch.Tensor,
-            k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """transformers' RoPE on our layout: q [tokens, heads, head_dim], k [tokens, kv_heads, head_dim]."""
+def hf_rope(
+    hf_config, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """transformers' RoPE on our layout: q [tokens, heads, head_dim],
+    k [tokens, kv_heads, head_dim]."""
     cos, sin = LlamaRotaryEmbedding(hf_config)(q, positions[None])  # [1, tokens, head_dim]
     hf_q, hf_k = apply_rotary_pos_emb(q[None], k[None], cos, sin, unsqueeze_dim=2)
     return hf_q[0], hf_k[0]
@@ -89,21 +101,28 @@ def test_load_shard_stacks_q_k_v_into_one_merged_projection():
     hidden, q_size, kv_size = 16, 8, 4
     qkv = Linear(hidden, [q_size, kv_size, kv_size], bias=True)
     assert qkv.weight.shape == (q_size + 2 * kv_size, hidden)
-    weights = {"q": torch.randn(q_size, hidden), "k": torch.randn(kv_size, hidden),
-               "v": torch.randn(kv_size, hidden)}
+    weights = {
+        "q": torch.randn(q_size, hidden),
+        "k": torch.randn(kv_size, hidden),
+        "v": torch.randn(kv_size, hidden),
+    }
     biases = {name: torch.randn(w.shape[0]) for name, w in weights.items()}
     for shard, name in [(2, "v"), (0, "q"), (1, "k")]:  # the checkpoint's order is arbitrary
         qkv.load_shard("weight", shard, weights[name])
         qkv.load_shard("bias", shard, biases[name])
-    torch.testing.assert_close(qkv.weight.data, torch.cat([weights["q"], weights["k"], weights["v"]]),
-                               atol=0, rtol=0)
-    torch.testing.assert_close(qkv.bias.data, torch.cat([biases["q"], biases["k"], biases["v"]]),
-                               atol=0, rtol=0)
+    torch.testing.assert_close(
+        qkv.weight.data, torch.cat([weights["q"], weights["k"], weights["v"]]), atol=0, rtol=0
+    )
+    torch.testing.assert_close(
+        qkv.bias.data, torch.cat([biases["q"], biases["k"], biases["v"]]), atol=0, rtol=0
+    )
     # One merged matmul computes the three separate projections.
     x = torch.randn(5, hidden)
     q, k, v = qkv(x).split([q_size, kv_size, kv_size], dim=-1)
     for name, out in zip("qkv", (q, k, v)):
-        torch.testing.assert_close(out, F.linear(x, weights[name], biases[name]), atol=ATOL, rtol=RTOL)
+        torch.testing.assert_close(
+            out, F.linear(x, weights[name], biases[name]), atol=ATOL, rtol=RTOL
+        )
 
 
 def test_load_shard_fills_a_single_shard_linear_whole():
@@ -114,8 +133,9 @@ def test_load_shard_fills_a_single_shard_linear_whole():
 
 
 # ValueError, because load_weights (chapter 3) catches it to name the checkpoint tensor.
-@pytest.mark.parametrize("shape", [(5, 16), (4, 15), (4,), (1, 16)],
-                         ids=["rows", "cols", "rank", "broadcastable"])
+@pytest.mark.parametrize(
+    "shape", [(5, 16), (4, 15), (4,), (1, 16)], ids=["rows", "cols", "rank", "broadcastable"]
+)
 def test_load_shard_rejects_a_tensor_of_the_wrong_shape(shape):
     qkv = Linear(16, [8, 4, 4])
     with pytest.raises(ValueError):
@@ -161,8 +181,9 @@ def hf_rmsnorm(ours: RMSNorm) -> LlamaRMSNorm:
     return ref.to(ours.weight.dtype)
 
 
-@pytest.mark.parametrize("shape", [(7, 64), (2, 5, 64), (3, 4, 64)],
-                         ids=["tokens", "batch_tokens", "tokens_heads"])
+@pytest.mark.parametrize(
+    "shape", [(7, 64), (2, 5, 64), (3, 4, 64)], ids=["tokens", "batch_tokens", "tokens_heads"]
+)
 def test_rmsnorm_matches_transformers_llama_rmsnorm(shape):
     norm = filled(RMSNorm(64, eps=1e-6))
     x = torch.randn(*shape) * 3
@@ -215,12 +236,20 @@ def test_default_inv_freq_matches_transformers(tiny_model_dir: Path):
 
 def llama31_config() -> LlamaConfig:
     """The RoPE settings of a real Llama-3.1 checkpoint (head_dim 128, 8k original context)."""
-    return LlamaConfig(hidden_size=4096, num_attention_heads=32, head_dim=128,
-                       max_position_embeddings=131072,
-                       rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0,
-                                        "factor": 8.0, "low_freq_factor": 1.0,
-                                        "high_freq_factor": 4.0,
-                                        "original_max_position_embeddings": 8192})
+    return LlamaConfig(
+        hidden_size=4096,
+        num_attention_heads=32,
+        head_dim=128,
+        max_position_embeddings=131072,
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 500000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+    )
 
 
 @pytest.mark.parametrize("which", ["tiny-llama", "llama-3.1"])
@@ -235,7 +264,9 @@ def test_llama3_inv_freq_matches_transformers_rope_init(which):
     ratio = default_inv_freq(hf_config.head_dim, theta) / ours
     factor = scaling["factor"]
     assert torch.isclose(ratio, torch.tensor(1.0)).any(), "fast frequencies must be kept"
-    assert torch.isclose(ratio, torch.tensor(factor)).any(), "slow frequencies must be divided by factor"
+    assert torch.isclose(ratio, torch.tensor(factor)).any(), (
+        "slow frequencies must be divided by factor"
+    )
     assert ((ratio > 1.01) & (ratio < factor - 0.01)).any(), "the middle band must be interpolated"
 
 
@@ -299,8 +330,9 @@ class RecordingBackend:
         self.calls: list[dict] = []
 
     def forward(self, q, k, v, layer_id, batch):  # noqa: ANN001, ANN201 - the backend interface
-        self.calls.append({"q": q.clone(), "k": k.clone(), "v": v.clone(),
-                           "layer_id": layer_id, "batch": batch})
+        self.calls.append(
+            {"q": q.clone(), "k": k.clone(), "v": v.clone(), "layer_id": layer_id, "batch": batch}
+        )
         return 2 * torch.tanh(q)
 
 
@@ -315,15 +347,28 @@ def qwen3_config():
 
 def run_attention(hf_config, qk_norm: bool, positions: torch.Tensor = POSITIONS):
     """Build an AttentionLayer for `hf_config`, run it on random qkv inside a real Context."""
-    heads, kv_heads, dim = (hf_config.num_attention_heads, hf_config.num_key_value_heads,
-                            hf_config.head_dim)
-    layer = AttentionLayer(LAYER_ID, heads, kv_heads, dim, our_rotary(hf_config),
-                           qk_norm_eps=hf_config.rms_norm_eps if qk_norm else None)
+    heads, kv_heads, dim = (
+        hf_config.num_attention_heads,
+        hf_config.num_key_value_heads,
+        hf_config.head_dim,
+    )
+    layer = AttentionLayer(
+        LAYER_ID,
+        heads,
+        kv_heads,
+        dim,
+        our_rotary(hf_config),
+        qk_norm_eps=hf_config.rms_norm_eps if qk_norm else None,
+    )
     if qk_norm:
         filled(layer)  # the q/k norm weights
     backend = RecordingBackend()
-    ctx = Context(page_size=1, kv_cache=None, page_table=torch.zeros(1, 1, dtype=torch.int32),
-                  attn_backend=backend)
+    ctx = Context(
+        page_size=1,
+        kv_cache=None,
+        page_table=torch.zeros(1, 1, dtype=torch.int32),
+        attn_backend=backend,
+    )
     batch = Batch([], "decode")
     batch.positions = positions
     qkv = torch.randn(len(positions), (heads + 2 * kv_heads) * dim)
@@ -333,8 +378,11 @@ def run_attention(hf_config, qk_norm: bool, positions: torch.Tensor = POSITIONS)
 
 
 def split_heads(hf_config, qkv: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    heads, kv_heads, dim = (hf_config.num_attention_heads, hf_config.num_key_value_heads,
-                            hf_config.head_dim)
+    heads, kv_heads, dim = (
+        hf_config.num_attention_heads,
+        hf_config.num_key_value_heads,
+        hf_config.head_dim,
+    )
     q, k, v = qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
     return (q.reshape(-1, heads, dim), k.reshape(-1, kv_heads, dim), v.reshape(-1, kv_heads, dim))
 
@@ -343,8 +391,12 @@ def test_attention_layer_splits_qkv_into_heads_for_the_backend(qwen3_config):
     _, backend, batch, qkv, _ = run_attention(qwen3_config, qk_norm=False)
     assert len(backend.calls) == 1
     call = backend.calls[0]
-    tokens, heads, kv_heads, dim = (len(POSITIONS), qwen3_config.num_attention_heads,
-                                    qwen3_config.num_key_value_heads, qwen3_config.head_dim)
+    tokens, heads, kv_heads, dim = (
+        len(POSITIONS),
+        qwen3_config.num_attention_heads,
+        qwen3_config.num_key_value_heads,
+        qwen3_config.head_dim,
+    )
     assert call["q"].shape == (tokens, heads, dim)
     assert call["k"].shape == (tokens, kv_heads, dim)
     assert call["v"].shape == (tokens, kv_heads, dim)
@@ -381,3 +433,22 @@ def test_attention_layer_returns_the_backend_output_flattened_per_token(qwen3_co
     assert out.shape == (tokens, heads * dim)
     expected = 2 * torch.tanh(backend.calls[0]["q"])  # what the fake backend returned
     torch.testing.assert_close(out, expected.reshape(tokens, heads * dim), atol=0, rtol=0)
+
+
+def test_load_shard_rejects_a_transposed_tensor_of_the_right_size():
+    # A [in, out] tensor for an [out, in] shard has the right number of elements: only its
+    # shape tells them apart, and load_weights needs the ValueError to name the tensor.
+    qkv = Linear(16, [8, 4, 4])
+    with pytest.raises(ValueError):
+        qkv.load_shard("weight", 0, torch.randn(16, 8))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_rmsnorm_in_half_precision_rounds_before_the_weight_like_transformers(dtype):
+    # transformers rounds the normalized x to the input dtype, then multiplies by the weight:
+    # rounding once at the end instead changes the last bit of many outputs.
+    norm = filled(RMSNorm(64, eps=1e-6)).to(dtype)
+    x = (torch.randn(5, 64) * 3).to(dtype)
+    with torch.no_grad():
+        expected = hf_rmsnorm(norm)(x)
+    torch.testing.assert_close(norm(x), expected, atol=0, rtol=0)

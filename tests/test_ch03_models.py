@@ -88,15 +88,29 @@ class HandBatches:
 
     def __init__(self, config: ModelConfig, prompts: list[list[int]], max_tokens: int = 4) -> None:
         row_len = max(map(len, prompts)) + max_tokens
-        self.kv_cache = MHAKVCache(len(prompts) * row_len, config.num_layers, config.num_kv_heads,
-                                   config.head_dim, torch.float32, CPU)
+        self.kv_cache = MHAKVCache(
+            len(prompts) * row_len,
+            config.num_layers,
+            config.num_kv_heads,
+            config.head_dim,
+            torch.float32,
+            CPU,
+        )
         self.page_table = torch.arange(len(prompts) * row_len, dtype=torch.int32).view(-1, row_len)
         self.backend = TorchAttnBackend(self.kv_cache, self.page_table)
         self.ctx = Context(1, self.kv_cache, self.page_table, self.backend)
         params = SamplingParams(max_tokens=max_tokens)
-        self.reqs = [Req(torch.tensor(ids, dtype=torch.int32), table_idx=i, cached_len=0,
-                         output_len=max_tokens, uid=i, sampling_params=params)
-                     for i, ids in enumerate(prompts)]
+        self.reqs = [
+            Req(
+                torch.tensor(ids, dtype=torch.int32),
+                table_idx=i,
+                cached_len=0,
+                output_len=max_tokens,
+                uid=i,
+                sampling_params=params,
+            )
+            for i, ids in enumerate(prompts)
+        ]
 
     def forward(self, model: torch.nn.Module) -> torch.Tensor:
         """Logits [requests, vocab]: compute positions [cached_len, device_len) of every request."""
@@ -143,9 +157,16 @@ def test_from_hf_reads_the_shape_transformers_reads(name):
     hf = AutoConfig.from_pretrained(model_dir(name))
     assert config.architecture == hf.architectures[0]
     assert (config.vocab_size, config.hidden_size, config.intermediate_size) == (
-        hf.vocab_size, hf.hidden_size, hf.intermediate_size)
+        hf.vocab_size,
+        hf.hidden_size,
+        hf.intermediate_size,
+    )
     assert (config.num_layers, config.num_heads, config.num_kv_heads, config.head_dim) == (
-        hf.num_hidden_layers, hf.num_attention_heads, hf.num_key_value_heads, hf.head_dim)
+        hf.num_hidden_layers,
+        hf.num_attention_heads,
+        hf.num_key_value_heads,
+        hf.head_dim,
+    )
     assert config.rms_norm_eps == hf.rms_norm_eps
     assert config.rope_theta == hf.rope_parameters["rope_theta"]
     assert config.max_position_embeddings == hf.max_position_embeddings
@@ -194,7 +215,9 @@ def test_from_hf_reads_old_style_top_level_rope_theta_and_rope_scaling(name):
     old["rope_theta"] = rope.pop("rope_theta")
     if rope["rope_type"] != "default":
         old["rope_scaling"] = rope
-    hf = AutoConfig.for_model(old["model_type"], **{k: v for k, v in old.items() if k != "model_type"})
+    hf = AutoConfig.for_model(
+        old["model_type"], **{k: v for k, v in old.items() if k != "model_type"}
+    )
     config = ModelConfig.from_hf(old)
     assert config.rope_theta == hf.rope_parameters["rope_theta"]
     expected = {k: v for k, v in hf.rope_parameters.items() if k != "rope_theta"}
@@ -204,13 +227,21 @@ def test_from_hf_reads_old_style_top_level_rope_theta_and_rope_scaling(name):
         assert_scaling(config, expected)
     # Same model, either spelling.
     new = ModelConfig.from_hf(config_json(name))
-    assert dataclasses.replace(config, rope_scaling=None) == dataclasses.replace(new, rope_scaling=None)
+    assert dataclasses.replace(config, rope_scaling=None) == dataclasses.replace(
+        new, rope_scaling=None
+    )
 
 
 def test_from_hf_fills_what_a_minimal_config_leaves_out_like_transformers():
-    minimal = {"architectures": ["LlamaForCausalLM"], "vocab_size": 1000, "hidden_size": 64,
-               "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-               "rms_norm_eps": 1e-5}
+    minimal = {
+        "architectures": ["LlamaForCausalLM"],
+        "vocab_size": 1000,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "rms_norm_eps": 1e-5,
+    }
     hf = LlamaConfig(**{k: v for k, v in minimal.items() if k != "architectures"})
     config = ModelConfig.from_hf(minimal)
     assert config.num_kv_heads == hf.num_key_value_heads  # no GQA: one KV head per query head
@@ -255,8 +286,9 @@ def test_create_model_builds_on_the_device_in_the_dtype_and_restores_the_default
 
 
 def test_create_model_rejects_an_unsupported_architecture_listing_the_supported_ones():
-    config = dataclasses.replace(ModelConfig.from_hf(config_json("tiny-llama")),
-                                 architecture="MistralForCausalLM")
+    config = dataclasses.replace(
+        ModelConfig.from_hf(config_json("tiny-llama")), architecture="MistralForCausalLM"
+    )
     with pytest.raises(UnsupportedModelError, match="MistralForCausalLM") as err:
         create_model(config, CPU, torch.float32)
     for supported in MODEL_REGISTRY:
@@ -266,24 +298,57 @@ def test_create_model_rejects_an_unsupported_architecture_listing_the_supported_
 # --- map_weight_name -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("checkpoint_name", "ours", "shard"), [
-    pytest.param("model.layers.7.self_attn.q_proj.weight", "model.layers.7.self_attn.qkv_proj.weight", 0,
-                 id="q_proj"),
-    pytest.param("model.layers.7.self_attn.k_proj.weight", "model.layers.7.self_attn.qkv_proj.weight", 1,
-                 id="k_proj"),
-    pytest.param("model.layers.7.self_attn.v_proj.bias", "model.layers.7.self_attn.qkv_proj.bias", 2,
-                 id="v_proj_bias"),
-    pytest.param("model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.gate_up_proj.weight", 0,
-                 id="gate_proj"),
-    pytest.param("model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.gate_up_proj.weight", 1,
-                 id="up_proj"),
-    pytest.param("model.layers.2.self_attn.q_norm.weight", "model.layers.2.self_attn.attn.q_norm.weight",
-                 None, id="q_norm"),
-    pytest.param("model.layers.2.self_attn.o_proj.weight", "model.layers.2.self_attn.o_proj.weight",
-                 None, id="o_proj_unchanged"),
-    pytest.param("model.embed_tokens.weight", "model.embed_tokens.weight", None, id="embed_unchanged"),
-    pytest.param("lm_head.weight", "lm_head.weight", None, id="lm_head_unchanged"),
-])
+@pytest.mark.parametrize(
+    ("checkpoint_name", "ours", "shard"),
+    [
+        pytest.param(
+            "model.layers.7.self_attn.q_proj.weight",
+            "model.layers.7.self_attn.qkv_proj.weight",
+            0,
+            id="q_proj",
+        ),
+        pytest.param(
+            "model.layers.7.self_attn.k_proj.weight",
+            "model.layers.7.self_attn.qkv_proj.weight",
+            1,
+            id="k_proj",
+        ),
+        pytest.param(
+            "model.layers.7.self_attn.v_proj.bias",
+            "model.layers.7.self_attn.qkv_proj.bias",
+            2,
+            id="v_proj_bias",
+        ),
+        pytest.param(
+            "model.layers.0.mlp.gate_proj.weight",
+            "model.layers.0.mlp.gate_up_proj.weight",
+            0,
+            id="gate_proj",
+        ),
+        pytest.param(
+            "model.layers.0.mlp.up_proj.weight",
+            "model.layers.0.mlp.gate_up_proj.weight",
+            1,
+            id="up_proj",
+        ),
+        pytest.param(
+            "model.layers.2.self_attn.q_norm.weight",
+            "model.layers.2.self_attn.attn.q_norm.weight",
+            None,
+            id="q_norm",
+        ),
+        pytest.param(
+            "model.layers.2.self_attn.o_proj.weight",
+            "model.layers.2.self_attn.o_proj.weight",
+            None,
+            id="o_proj_unchanged",
+        ),
+        pytest.param(
+            "model.embed_tokens.weight", "model.embed_tokens.weight", None, id="embed_unchanged"
+        ),
+        pytest.param("lm_head.weight", "lm_head.weight", None, id="lm_head_unchanged"),
+    ],
+)
 def test_map_weight_name_with_the_llama_map(checkpoint_name, ours, shard):
     assert map_weight_name(checkpoint_name, LlamaForCausalLM.WEIGHT_NAME_MAP) == (ours, shard)
 
@@ -297,7 +362,9 @@ def test_map_weight_name_uses_whatever_map_it_is_given():
 
 @pytest.mark.parametrize("name", CONFIGS)
 def test_every_checkpoint_tensor_maps_to_a_model_parameter(name):
-    model = create_model(ModelConfig.from_hf(config_json(name)), torch.device("meta"), torch.float32)
+    model = create_model(
+        ModelConfig.from_hf(config_json(name)), torch.device("meta"), torch.float32
+    )
     params = dict(model.named_parameters())
     with safe_open(model_dir(name) / "model.safetensors", framework="pt") as f:
         for key in f.keys():
@@ -327,22 +394,33 @@ def test_load_weights_fills_every_parameter_from_the_checkpoint(name):
         qkv = layer.self_attn.qkv_proj
         assert qkv.weight.shape == (q + 2 * kv, config.hidden_size)
         for part, rows in (("q", slice(0, q)), ("k", slice(q, q + kv)), ("v", slice(q + kv, None))):
-            assert torch.equal(qkv.weight[rows], ckpt.get_tensor(f"{pre}self_attn.{part}_proj.weight"))
+            assert torch.equal(
+                qkv.weight[rows], ckpt.get_tensor(f"{pre}self_attn.{part}_proj.weight")
+            )
             if config.qkv_bias:
-                assert torch.equal(qkv.bias[rows], ckpt.get_tensor(f"{pre}self_attn.{part}_proj.bias"))
+                assert torch.equal(
+                    qkv.bias[rows], ckpt.get_tensor(f"{pre}self_attn.{part}_proj.bias")
+                )
         inter = config.intermediate_size
         gate_up = layer.mlp.gate_up_proj.weight
         assert torch.equal(gate_up[:inter], ckpt.get_tensor(f"{pre}mlp.gate_proj.weight"))
         assert torch.equal(gate_up[inter:], ckpt.get_tensor(f"{pre}mlp.up_proj.weight"))
-        assert torch.equal(layer.self_attn.o_proj.weight,
-                           ckpt.get_tensor(f"{pre}self_attn.o_proj.weight"))
-        assert torch.equal(layer.post_attention_layernorm.weight,
-                           ckpt.get_tensor(f"{pre}post_attention_layernorm.weight"))
+        assert torch.equal(
+            layer.self_attn.o_proj.weight, ckpt.get_tensor(f"{pre}self_attn.o_proj.weight")
+        )
+        assert torch.equal(
+            layer.post_attention_layernorm.weight,
+            ckpt.get_tensor(f"{pre}post_attention_layernorm.weight"),
+        )
         if config.qk_norm:
             for norm in ("q_norm", "k_norm"):
-                assert torch.equal(getattr(layer.self_attn.attn, norm).weight,
-                                   ckpt.get_tensor(f"{pre}self_attn.{norm}.weight"))
-    assert torch.equal(model.model.embed_tokens.weight, ckpt.get_tensor("model.embed_tokens.weight"))
+                assert torch.equal(
+                    getattr(layer.self_attn.attn, norm).weight,
+                    ckpt.get_tensor(f"{pre}self_attn.{norm}.weight"),
+                )
+    assert torch.equal(
+        model.model.embed_tokens.weight, ckpt.get_tensor("model.embed_tokens.weight")
+    )
     if not config.tie_word_embeddings:
         assert torch.equal(model.lm_head.weight, ckpt.get_tensor("lm_head.weight"))
 
@@ -361,7 +439,9 @@ def test_load_weights_reads_every_file_of_a_sharded_checkpoint(tmp_path):
     keys = sorted(tensors)
     # Some checkpoints also carry RoPE's inv_freq buffer, which we recompute instead of loading.
     extra = {"model.layers.0.self_attn.rotary_emb.inv_freq": torch.ones(8)}
-    save_file({k: tensors[k] for k in keys[::2]} | extra, tmp_path / "model-00001-of-00002.safetensors")
+    save_file(
+        {k: tensors[k] for k in keys[::2]} | extra, tmp_path / "model-00001-of-00002.safetensors"
+    )
     save_file({k: tensors[k] for k in keys[1::2]}, tmp_path / "model-00002-of-00002.safetensors")
     model = fresh_tiny_llama()
     load_weights(model, tmp_path, progress=False)
@@ -371,11 +451,17 @@ def test_load_weights_reads_every_file_of_a_sharded_checkpoint(tmp_path):
 
 
 # The error must name the tensor: the checkpoint's name or ours (in the merged matrix).
-@pytest.mark.parametrize(("dropped", "named"), [
-    pytest.param("model.layers.1.self_attn.v_proj.weight", r"layers\.1\.self_attn\.(v|qkv)_proj",
-                 id="merged_shard"),
-    pytest.param("model.norm.weight", r"model\.norm", id="plain_tensor"),
-])
+@pytest.mark.parametrize(
+    ("dropped", "named"),
+    [
+        pytest.param(
+            "model.layers.1.self_attn.v_proj.weight",
+            r"layers\.1\.self_attn\.(v|qkv)_proj",
+            id="merged_shard",
+        ),
+        pytest.param("model.norm.weight", r"model\.norm", id="plain_tensor"),
+    ],
+)
 def test_load_weights_names_a_missing_tensor(tmp_path, dropped, named):
     tensors = checkpoint("tiny-llama")
     del tensors[dropped]
@@ -383,13 +469,20 @@ def test_load_weights_names_a_missing_tensor(tmp_path, dropped, named):
         load_weights(fresh_tiny_llama(), save_variant(tmp_path, tensors), progress=False)
 
 
-@pytest.mark.parametrize(("key", "shape", "named"), [
-    # A merged shard with one column too many.
-    pytest.param("model.layers.0.self_attn.k_proj.weight", (32, 65),
-                 r"layers\.0\.self_attn\.(k|qkv)_proj", id="merged_shard"),
-    # A shape that copy_ would silently broadcast.
-    pytest.param("model.norm.weight", (1,), r"model\.norm", id="broadcastable"),
-])
+@pytest.mark.parametrize(
+    ("key", "shape", "named"),
+    [
+        # A merged shard with one column too many.
+        pytest.param(
+            "model.layers.0.self_attn.k_proj.weight",
+            (32, 65),
+            r"layers\.0\.self_attn\.(k|qkv)_proj",
+            id="merged_shard",
+        ),
+        # A shape that copy_ would silently broadcast.
+        pytest.param("model.norm.weight", (1,), r"model\.norm", id="broadcastable"),
+    ],
+)
 def test_load_weights_rejects_a_misshapen_tensor_naming_it(tmp_path, key, shape, named):
     tensors = checkpoint("tiny-llama")
     tensors[key] = torch.ones(shape)
@@ -417,16 +510,23 @@ def test_prefill_logits_of_the_last_token_match_transformers(name):
     ids = prompt_ids(name)
     logits = our_last_logits(our_model(name), ids)
     assert logits.shape == (our_model(name).config.vocab_size,)
-    torch.testing.assert_close(logits, hf_last_logits(name, ids), atol=LOGITS_ATOL, rtol=LOGITS_RTOL)
+    torch.testing.assert_close(
+        logits, hf_last_logits(name, ids), atol=LOGITS_ATOL, rtol=LOGITS_RTOL
+    )
 
 
 @pytest.mark.parametrize("name", TINY)
 def test_a_batch_of_two_prompts_gives_each_its_own_last_token_logits(name):
-    prompts = [prompt_ids(name), prompt_ids(name, "Once upon a time, in a small village by the sea,")]
+    prompts = [
+        prompt_ids(name),
+        prompt_ids(name, "Once upon a time, in a small village by the sea,"),
+    ]
     logits = HandBatches(our_model(name).config, prompts).forward(our_model(name))
     assert logits.shape == (2, our_model(name).config.vocab_size)
     for row, ids in zip(logits, prompts):
-        torch.testing.assert_close(row, hf_last_logits(name, ids), atol=LOGITS_ATOL, rtol=LOGITS_RTOL)
+        torch.testing.assert_close(
+            row, hf_last_logits(name, ids), atol=LOGITS_ATOL, rtol=LOGITS_RTOL
+        )
 
 
 @pytest.mark.parametrize("name", TINY)
@@ -436,7 +536,9 @@ def test_a_decode_step_after_prefill_matches_transformers_on_the_longer_sequence
     run.forward(our_model(name))  # prefill: fills the KV cache of the prompt
     run.append([ids[-1]])  # as if " Paris" had been sampled
     logits = run.forward(our_model(name))  # decode: one token at position len(prompt)
-    torch.testing.assert_close(logits[0], hf_last_logits(name, ids), atol=LOGITS_ATOL, rtol=LOGITS_RTOL)
+    torch.testing.assert_close(
+        logits[0], hf_last_logits(name, ids), atol=LOGITS_ATOL, rtol=LOGITS_RTOL
+    )
 
 
 def skip_qk_norm(model: torch.nn.Module) -> None:
@@ -447,15 +549,32 @@ def skip_qk_norm(model: torch.nn.Module) -> None:
 # Mistakes a student could make in the config or the layers. The logits check above must catch
 # each: the correct model is within the tolerance, the broken one far outside it.
 MISTAKES = [  # model, change to the config, change to the loaded model
-    pytest.param("tiny-llama", lambda c: dataclasses.replace(c, rope_theta=2 * c.rope_theta), None,
-                 id="rope_theta_doubled"),
-    pytest.param("tiny-qwen2", lambda c: dataclasses.replace(c, rope_theta=10000.0), None,
-                 id="rope_theta_default"),
-    pytest.param("tiny-llama", lambda c: dataclasses.replace(c, rope_scaling=None), None,
-                 id="llama3_scaling_ignored"),
+    pytest.param(
+        "tiny-llama",
+        lambda c: dataclasses.replace(c, rope_theta=2 * c.rope_theta),
+        None,
+        id="rope_theta_doubled",
+    ),
+    pytest.param(
+        "tiny-qwen2",
+        lambda c: dataclasses.replace(c, rope_theta=10000.0),
+        None,
+        id="rope_theta_default",
+    ),
+    pytest.param(
+        "tiny-llama",
+        lambda c: dataclasses.replace(c, rope_scaling=None),
+        None,
+        id="llama3_scaling_ignored",
+    ),
     pytest.param("tiny-qwen3", lambda c: c, skip_qk_norm, id="qk_norm_skipped"),
-    pytest.param(SMOLLM2, lambda c: dataclasses.replace(c, rope_theta=10000.0), None,
-                 id="smollm2_rope_theta_default", marks=pytest.mark.slow),
+    pytest.param(
+        SMOLLM2,
+        lambda c: dataclasses.replace(c, rope_theta=10000.0),
+        None,
+        id="smollm2_rope_theta_default",
+        marks=pytest.mark.slow,
+    ),
 ]
 
 
@@ -471,3 +590,25 @@ def test_logits_check_catches_a_wrong_rope_or_a_skipped_qk_norm(name, change_con
     bad = max_diff(our_last_logits(broken, ids), expected)
     tolerance = LOGITS_ATOL + LOGITS_RTOL * expected.abs().max().item()
     assert good <= tolerance < bad, f"correct model off by {good:.2e}, broken one by {bad:.2e}"
+
+
+def test_from_hf_keeps_an_explicit_head_dim_that_is_not_hidden_size_over_heads():
+    # Like Qwen3-0.6B (hidden 1024, 16 heads, head_dim 128): the projections are wider than
+    # hidden_size, so a model built with hidden_size // heads would not fit the checkpoint.
+    from transformers import AutoModelForCausalLM  # only this test builds a model from a config
+
+    raw = config_json("tiny-qwen3")
+    raw["head_dim"] = 2 * raw["hidden_size"] // raw["num_attention_heads"]
+    hf_config = AutoConfig.for_model(**raw)
+    config = ModelConfig.from_hf(raw)
+    assert config.head_dim == hf_config.head_dim
+    model = create_model(config, torch.device("meta"), torch.float32)
+    hf = AutoModelForCausalLM.from_config(hf_config)
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in hf.parameters())
+
+
+def test_from_hf_keeps_every_id_of_a_list_of_eos_ids():
+    # Llama 3 Instruct ends a turn at either of two tokens: both must stop generation.
+    raw = config_json("tiny-llama") | {"eos_token_id": [2, 3]}
+    hf_config = AutoConfig.for_model(**raw)
+    assert ModelConfig.from_hf(raw).eos_token_ids == tuple(hf_config.eos_token_id)

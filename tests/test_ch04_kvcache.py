@@ -38,8 +38,14 @@ def all_layers(pool: MHAKVCache) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def make_req(ids: list[int], table_idx: int, cached_len: int, uid: int = 0) -> Req:
-    return Req(torch.tensor(ids, dtype=torch.int32), table_idx, cached_len=cached_len,
-               output_len=4, uid=uid, sampling_params=SamplingParams())
+    return Req(
+        torch.tensor(ids, dtype=torch.int32),
+        table_idx,
+        cached_len=cached_len,
+        output_len=4,
+        uid=uid,
+        sampling_params=SamplingParams(),
+    )
 
 
 # --- the KV pool -----------------------------------------------------------------------------
@@ -52,8 +58,12 @@ def test_kv_pool_gives_one_slots_by_heads_by_dim_view_per_layer():
             assert view.shape == (NUM_SLOTS, KV_HEADS, HEAD_DIM)
             assert view.dtype == torch.float32
     # Different layers, and K versus V, must not share storage.
-    pool.store_kv(torch.ones(1, KV_HEADS, HEAD_DIM), 2 * torch.ones(1, KV_HEADS, HEAD_DIM),
-                  torch.tensor([3]), 1)
+    pool.store_kv(
+        torch.ones(1, KV_HEADS, HEAD_DIM),
+        2 * torch.ones(1, KV_HEADS, HEAD_DIM),
+        torch.tensor([3]),
+        1,
+    )
     keys, values = all_layers(pool)
     assert keys[1, 3].eq(1).all() and values[1, 3].eq(2).all()
     assert keys.count_nonzero() == KV_HEADS * HEAD_DIM, "one token of one layer was written"
@@ -172,7 +182,8 @@ def mixed_batch(table: TableManager) -> tuple[Batch, dict[int, torch.Tensor]]:
     # (sequence length, cached_len): a prefix-cache hit of 5 tokens, then three decodes.
     ledgers = [(12, 5), (7, 6), (20, 19), (2, 1)]
     all_slots = scattered_slots(sum(n for n, _ in ledgers), seed=4, num_slots=200).split(
-        [n for n, _ in ledgers])
+        [n for n, _ in ledgers]
+    )
     reqs, slots_by_row = [], {}
     for uid, ((seq_len, cached), slots) in enumerate(zip(ledgers, all_slots)):
         req = make_req(torch.randint(1, 1000, (seq_len,)).tolist(), table.allocate(), cached, uid)
@@ -182,7 +193,7 @@ def mixed_batch(table: TableManager) -> tuple[Batch, dict[int, torch.Tensor]]:
         reqs.append(req)
     # Entries past each request's length are stale (here: invalid) and must never be read.
     for row in range(table.page_table.shape[0]):
-        table.page_table[row, len(slots_by_row.get(row, [])):] = -1
+        table.page_table[row, len(slots_by_row.get(row, [])) :] = -1
     return Batch(reqs, "prefill"), slots_by_row
 
 
@@ -193,14 +204,17 @@ def test_prepare_inputs_gathers_positions_tokens_and_slots_of_a_mixed_batch():
     table.prepare_inputs(batch)
 
     expected_positions = torch.cat([torch.arange(r.cached_len, r.device_len) for r in batch.reqs])
-    expected_ids = torch.cat([r.input_ids[r.cached_len:r.device_len] for r in batch.reqs])
-    expected_loc = torch.cat([slots_by_row[r.table_idx][r.cached_len:r.device_len]
-                              for r in batch.reqs])
+    expected_ids = torch.cat([r.input_ids[r.cached_len : r.device_len] for r in batch.reqs])
+    expected_loc = torch.cat(
+        [slots_by_row[r.table_idx][r.cached_len : r.device_len] for r in batch.reqs]
+    )
     num_tokens = sum(r.extend_len for r in batch.reqs)
     assert num_tokens == 7 + 1 + 1 + 1
-    for name, got, expected in [("positions", batch.positions, expected_positions),
-                                ("input_ids", batch.input_ids, expected_ids),
-                                ("out_loc", batch.out_loc, expected_loc)]:
+    for name, got, expected in [
+        ("positions", batch.positions, expected_positions),
+        ("input_ids", batch.input_ids, expected_ids),
+        ("out_loc", batch.out_loc, expected_loc),
+    ]:
         assert got.shape == (num_tokens,), name
         assert not got.is_floating_point(), f"{name} index tensors, so must be integers"
         assert got.tolist() == expected.tolist(), name
@@ -218,14 +232,17 @@ def test_prepare_inputs_of_a_decode_step_reads_the_token_written_by_write_next_t
     table.prepare_inputs(decode)
     assert decode.input_ids.tolist() == sampled.tolist()
     assert decode.positions.tolist() == [r.device_len - 1 for r in batch.reqs]
-    assert decode.out_loc.tolist() == [table.page_table[r.table_idx, r.device_len - 1].item()
-                                       for r in batch.reqs]
+    assert decode.out_loc.tolist() == [
+        table.page_table[r.table_idx, r.device_len - 1].item() for r in batch.reqs
+    ]
 
 
 def test_write_next_tokens_writes_each_token_at_its_request_device_len_only():
     table = make_table(5)
-    reqs = [make_req(list(range(10, 10 + n)), row, cached_len=n - 1, uid=i)
-            for i, (n, row) in enumerate([(3, 4), (9, 0), (6, 2)])]
+    reqs = [
+        make_req(list(range(10, 10 + n)), row, cached_len=n - 1, uid=i)
+        for i, (n, row) in enumerate([(3, 4), (9, 0), (6, 2)])
+    ]
     for req in reqs:
         table.write_prompt(req)
     before = table.token_pool.clone()
@@ -235,4 +252,49 @@ def test_write_next_tokens_writes_each_token_at_its_request_device_len_only():
     expected = before.clone()
     for req, token in zip(reqs, next_tokens.tolist()):
         expected[req.table_idx, req.device_len] = token
+    assert torch.equal(table.token_pool, expected)
+
+
+class PromptChunk(Req):
+    """A prompt chunk as chapter 10 makes it: it only fills the KV cache and samples no token."""
+
+    @property
+    def can_decode(self) -> bool:
+        return False
+
+
+def test_write_next_tokens_skips_requests_that_sample_no_token():
+    table = make_table(5)
+    prompt = list(range(30, 40))
+    table.write_prompt(make_req(prompt, table_idx=1, cached_len=0))  # the whole prompt's row
+    chunk = PromptChunk(
+        torch.tensor(prompt[:6], dtype=torch.int32),
+        1,
+        cached_len=0,
+        output_len=4,
+        uid=1,
+        sampling_params=SamplingParams(),
+    )
+    # A request whose budget is used up: device_len == max_device_len, nothing reads its token.
+    spent = Req(
+        torch.tensor([5, 6, 7], dtype=torch.int32),
+        3,
+        cached_len=2,
+        output_len=0,
+        uid=2,
+        sampling_params=SamplingParams(),
+    )
+    first = make_req([1, 2, 3], table_idx=0, cached_len=2, uid=0)
+    last = make_req([8, 9], table_idx=4, cached_len=1, uid=3)
+    for req in (first, spent, last):
+        table.write_prompt(req)
+    before = table.token_pool.clone()
+    # The skipped requests sit mid-batch: each writer takes the token of its own batch position.
+    table.write_next_tokens(
+        Batch([first, chunk, spent, last], "prefill"), torch.tensor([71, 72, 73, 74])
+    )
+
+    expected = before.clone()
+    expected[first.table_idx, first.device_len] = 71
+    expected[last.table_idx, last.device_len] = 74
     assert torch.equal(table.token_pool, expected)

@@ -25,8 +25,9 @@ NUM_LAYERS, NUM_SLOTS, TABLE_ROWS, MAX_SEQ_LEN = 2, 256, 8, 64
 ATOL, RTOL = 1e-5, 1e-4
 
 
-def dense_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                    first_pos: int) -> torch.Tensor:
+def dense_attention(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, first_pos: int
+) -> torch.Tensor:
     """One request. q: [n, heads, d] at positions first_pos..; keys, values: [len, kv_heads, d]
     at positions 0..len-1. Returns [n, heads, d]."""
     group = q.shape[1] // keys.shape[1]
@@ -53,47 +54,61 @@ class Scenario:
 
     def new_kv(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The K/V of the tokens this batch computes, in batch order."""
-        k = torch.cat([k[r.cached_len:] for k, r in zip(self.keys, self.batch.reqs)])
-        v = torch.cat([v[r.cached_len:] for v, r in zip(self.values, self.batch.reqs)])
+        k = torch.cat([k[r.cached_len :] for k, r in zip(self.keys, self.batch.reqs)])
+        v = torch.cat([v[r.cached_len :] for v, r in zip(self.values, self.batch.reqs)])
         return k, v
 
     def reference(self) -> torch.Tensor:
         outs, start = [], 0
         for req, k, v in zip(self.batch.reqs, self.keys, self.values):
-            q = self.q[start:start + req.extend_len]
+            q = self.q[start : start + req.extend_len]
             outs.append(dense_attention(q, k, v, req.cached_len))
             start += req.extend_len
         return torch.cat(outs)
 
 
-def make_scenario(ledgers: list[tuple[int, int]], heads: int, kv_heads: int, head_dim: int,
-                  phase: str, layer_id: int = 1, seed: int = 0,
-                  contiguous: bool = False) -> Scenario:
+def make_scenario(
+    ledgers: list[tuple[int, int]],
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    phase: str,
+    layer_id: int = 1,
+    seed: int = 0,
+    contiguous: bool = False,
+) -> Scenario:
     """ledgers: (sequence length, cached_len) per request. The cached prefix's K/V are stored
     in the pool beforehand; the rest are this batch's new tokens."""
     gen = torch.Generator().manual_seed(seed)
-    pool = MHAKVCache(NUM_SLOTS, NUM_LAYERS, kv_heads, head_dim, torch.float32,
-                      torch.device("cpu"))
+    pool = MHAKVCache(NUM_SLOTS, NUM_LAYERS, kv_heads, head_dim, torch.float32, torch.device("cpu"))
     # Garbage everywhere, in every layer: a read of a wrong slot or layer cannot go unnoticed.
     everywhere = torch.arange(NUM_SLOTS)
     for layer in range(NUM_LAYERS):
-        pool.store_kv(10 * torch.randn(NUM_SLOTS, kv_heads, head_dim, generator=gen),
-                      10 * torch.randn(NUM_SLOTS, kv_heads, head_dim, generator=gen),
-                      everywhere, layer)
-    page_table = torch.randint(0, NUM_SLOTS, (TABLE_ROWS, MAX_SEQ_LEN), generator=gen,
-                               dtype=torch.int32)
+        pool.store_kv(
+            10 * torch.randn(NUM_SLOTS, kv_heads, head_dim, generator=gen),
+            10 * torch.randn(NUM_SLOTS, kv_heads, head_dim, generator=gen),
+            everywhere,
+            layer,
+        )
+    page_table = torch.randint(
+        0, NUM_SLOTS, (TABLE_ROWS, MAX_SEQ_LEN), generator=gen, dtype=torch.int32
+    )
     lengths = [n for n, _ in ledgers]
     # Slots come from their own generator, so the same seed gives the same K/V and queries
     # whether the slots are contiguous or scattered.
     scattered = torch.randperm(NUM_SLOTS, generator=torch.Generator().manual_seed(seed + 1))
-    order = torch.arange(sum(lengths)) if contiguous else scattered[:sum(lengths)]
-    rows = torch.randperm(TABLE_ROWS, generator=gen)[:len(ledgers)].tolist()
+    order = torch.arange(sum(lengths)) if contiguous else scattered[: sum(lengths)]
+    rows = torch.randperm(TABLE_ROWS, generator=gen)[: len(ledgers)].tolist()
     reqs, keys, values, slots = [], [], [], []
     for uid, ((seq_len, cached), row, req_slots) in enumerate(
-            zip(ledgers, rows, order.split(lengths))):
+        zip(ledgers, rows, order.split(lengths))
+    ):
         ids = torch.randint(0, 1000, (seq_len,), generator=gen, dtype=torch.int32)
-        reqs.append(Req(ids, row, cached_len=cached, output_len=4, uid=uid,
-                        sampling_params=SamplingParams()))
+        reqs.append(
+            Req(
+                ids, row, cached_len=cached, output_len=4, uid=uid, sampling_params=SamplingParams()
+            )
+        )
         page_table[row, :seq_len] = req_slots.to(torch.int32)
         k = torch.randn(seq_len, kv_heads, head_dim, generator=gen)
         v = torch.randn(seq_len, kv_heads, head_dim, generator=gen)
@@ -101,8 +116,8 @@ def make_scenario(ledgers: list[tuple[int, int]], heads: int, kv_heads: int, hea
         keys.append(k), values.append(v), slots.append(req_slots)
     batch = Batch(reqs, phase)
     batch.positions = torch.cat([torch.arange(r.cached_len, r.device_len) for r in reqs])
-    batch.input_ids = torch.cat([r.input_ids[r.cached_len:] for r in reqs])
-    batch.out_loc = torch.cat([s[r.cached_len:] for s, r in zip(slots, reqs)]).to(torch.int32)
+    batch.input_ids = torch.cat([r.input_ids[r.cached_len :] for r in reqs])
+    batch.out_loc = torch.cat([s[r.cached_len :] for s, r in zip(slots, reqs)]).to(torch.int32)
     q = torch.randn(len(batch.positions), heads, head_dim, generator=gen)
     return Scenario(pool, page_table, batch, keys, values, q, slots)
 
@@ -114,13 +129,18 @@ def run_backend(s: Scenario, layer_id: int = 1) -> torch.Tensor:
     return backend.forward(s.q, k, v, layer_id, s.batch)
 
 
-GQA = [pytest.param(4, 2, 16, id="gqa4/2"), pytest.param(9, 3, 64, id="gqa9/3-smollm2"),
-       pytest.param(4, 4, 16, id="mha4/4"), pytest.param(8, 1, 8, id="mqa8/1")]
+GQA = [
+    pytest.param(4, 2, 16, id="gqa4/2"),
+    pytest.param(9, 3, 64, id="gqa9/3-smollm2"),
+    pytest.param(4, 4, 16, id="mha4/4"),
+    pytest.param(8, 1, 8, id="mqa8/1"),
+]
 
 
 @pytest.mark.parametrize("heads, kv_heads, head_dim", GQA)
 def test_prefill_of_several_requests_of_different_lengths_matches_dense_causal_reference(
-        heads, kv_heads, head_dim):
+    heads, kv_heads, head_dim
+):
     s = make_scenario([(5, 0), (17, 0), (1, 0), (9, 0)], heads, kv_heads, head_dim, "prefill")
     out = run_backend(s)
     assert out.shape == s.q.shape and out.dtype == s.q.dtype
@@ -129,7 +149,8 @@ def test_prefill_of_several_requests_of_different_lengths_matches_dense_causal_r
 
 @pytest.mark.parametrize("heads, kv_heads, head_dim", GQA[:2])
 def test_prefill_on_a_cached_prefix_attends_to_the_keys_already_in_the_pool(
-        heads, kv_heads, head_dim):
+    heads, kv_heads, head_dim
+):
     # A prefix-cache hit of 11 tokens, a fresh prompt, and a hit covering all but the last token.
     s = make_scenario([(20, 11), (6, 0), (9, 8)], heads, kv_heads, head_dim, "prefill", seed=1)
     torch.testing.assert_close(run_backend(s), s.reference(), atol=ATOL, rtol=RTOL)
@@ -137,7 +158,8 @@ def test_prefill_on_a_cached_prefix_attends_to_the_keys_already_in_the_pool(
 
 @pytest.mark.parametrize("heads, kv_heads, head_dim", GQA)
 def test_decode_batch_with_different_sequence_lengths_matches_dense_reference(
-        heads, kv_heads, head_dim):
+    heads, kv_heads, head_dim
+):
     lengths = [2, 7, 40, 13, 3]
     s = make_scenario([(n, n - 1) for n in lengths], heads, kv_heads, head_dim, "decode", seed=2)
     out = run_backend(s)
@@ -145,14 +167,17 @@ def test_decode_batch_with_different_sequence_lengths_matches_dense_reference(
     torch.testing.assert_close(out, s.reference(), atol=ATOL, rtol=RTOL)
 
 
-@pytest.mark.parametrize("phase, ledgers", [("prefill", [(12, 4), (7, 0), (30, 0)]),
-                                            ("decode", [(12, 11), (7, 6), (30, 29)])])
+@pytest.mark.parametrize(
+    "phase, ledgers",
+    [("prefill", [(12, 4), (7, 0), (30, 0)]), ("decode", [(12, 11), (7, 6), (30, 29)])],
+)
 def test_scattering_the_slots_does_not_change_the_output(phase, ledgers):
     contiguous = make_scenario(ledgers, 4, 2, 16, phase, seed=3, contiguous=True)
     scattered = make_scenario(ledgers, 4, 2, 16, phase, seed=3)
     assert not torch.equal(torch.cat(contiguous.slots), torch.cat(scattered.slots))
-    torch.testing.assert_close(run_backend(scattered), run_backend(contiguous),
-                               atol=ATOL, rtol=RTOL)
+    torch.testing.assert_close(
+        run_backend(scattered), run_backend(contiguous), atol=ATOL, rtol=RTOL
+    )
 
 
 def test_forward_stores_the_new_keys_and_values_at_out_loc_and_touches_nothing_else():
@@ -170,8 +195,10 @@ def test_forward_stores_the_new_keys_and_values_at_out_loc_and_touches_nothing_e
     torch.testing.assert_close(s.pool.v_cache(0), before_v[0], atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("phase, ledgers", [("prefill", [(3, 0), (1, 0), (10, 5), (4, 0)]),
-                                            ("decode", [(3, 2), (9, 8), (5, 4)])])
+@pytest.mark.parametrize(
+    "phase, ledgers",
+    [("prefill", [(3, 0), (1, 0), (10, 5), (4, 0)]), ("decode", [(3, 2), (9, 8), (5, 4)])],
+)
 def test_metadata_last_indices_point_at_each_request_last_token_in_the_batch(phase, ledgers):
     s = make_scenario(ledgers, 4, 2, 16, phase, seed=5)
     TorchAttnBackend(s.pool, s.page_table).prepare_metadata(s.batch)
@@ -194,9 +221,31 @@ def test_metadata_prepared_once_serves_every_layer():
         keys = [torch.randn(k.shape, generator=gen) for k in s.keys]
         values = [torch.randn(v.shape, generator=gen) for v in s.values]
         for req, k, v, slots in zip(s.batch.reqs, keys, values, s.slots):
-            s.pool.store_kv(k[:req.cached_len], v[:req.cached_len], slots[:req.cached_len], layer)
-        layer_s = Scenario(s.pool, s.page_table, s.batch, keys, values,
-                           torch.randn(s.q.shape, generator=gen), s.slots)
+            s.pool.store_kv(
+                k[: req.cached_len], v[: req.cached_len], slots[: req.cached_len], layer
+            )
+        layer_s = Scenario(
+            s.pool,
+            s.page_table,
+            s.batch,
+            keys,
+            values,
+            torch.randn(s.q.shape, generator=gen),
+            s.slots,
+        )
         k_new, v_new = layer_s.new_kv()
         out = backend.forward(layer_s.q, k_new, v_new, layer, s.batch)
         torch.testing.assert_close(out, layer_s.reference(), atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.parametrize(
+    "phase, ledgers",
+    [("prefill", [(6, 0), (13, 5), (2, 0)]), ("decode", [(6, 5), (13, 12), (2, 1)])],
+)
+def test_page_table_entries_past_a_request_length_are_never_read(phase, ledgers):
+    """Past device_len a row holds stale entries (here: no slot at all); padding must not
+    gather through them, whatever the mask would hide afterwards."""
+    s = make_scenario(ledgers, 4, 2, 16, phase, seed=8)
+    for req in s.batch.reqs:
+        s.page_table[req.table_idx, req.device_len :] = -1
+    torch.testing.assert_close(run_backend(s), s.reference(), atol=ATOL, rtol=RTOL)

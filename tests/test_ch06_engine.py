@@ -16,8 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import TINY_MODELS, hf_greedy, load_tokenizer
-from transformers.generation.logits_process import (TemperatureLogitsWarper, TopKLogitsWarper,
-                                                    TopPLogitsWarper)
+from transformers.generation.logits_process import (
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
 
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.engine import Engine, EngineConfig, Sampler
@@ -28,9 +31,11 @@ from minisgl.utils import InvalidRequestError, RequestTooLongError
 from stage1_milestone import generate_hand_batched
 
 CPU = torch.device("cpu")
-PROMPTS = ["The capital of France is",
-           "def fibonacci(n):",
-           "Once upon a time, in a small village by the sea, there lived an old fisherman who"]
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a small village by the sea, there lived an old fisherman who",
+]
 NEW_TOKENS = 32
 GREEDY_LONG = SamplingParams(max_tokens=NEW_TOKENS, ignore_eos=True)
 DRAWS = 20_000  # rows per distribution test: a frequency's standard error is <= 0.0036
@@ -42,12 +47,21 @@ FREQ_TOL = 0.025  # about 7 standard errors: a correct sampler never trips it
 
 def rows_of(params: list[SamplingParams]) -> list[Req]:
     """One request per row of the logits, each with its own sampling parameters."""
-    return [Req(torch.tensor([1], dtype=torch.int32), table_idx=0, cached_len=0, output_len=1,
-                uid=i, sampling_params=p) for i, p in enumerate(params)]
+    return [
+        Req(
+            torch.tensor([1], dtype=torch.int32),
+            table_idx=0,
+            cached_len=0,
+            output_len=1,
+            uid=i,
+            sampling_params=p,
+        )
+        for i, p in enumerate(params)
+    ]
 
 
 def sample(sampler: Sampler, logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
-    return sampler.sample(logits, sampler.prepare(rows_of(params)))
+    return sampler.sample(logits, sampler.prepare(Batch(rows_of(params), "decode")))
 
 
 def hf_distribution(logits: torch.Tensor, p: SamplingParams) -> torch.Tensor:
@@ -71,9 +85,11 @@ def test_greedy_rows_return_the_argmax_of_their_logits():
     assert tokens.tolist() == logits.argmax(dim=-1).tolist()
 
 
-@pytest.mark.parametrize("params", [SamplingParams(temperature=1.3, top_k=1),
-                                    SamplingParams(temperature=1.0, top_p=1e-6)],
-                         ids=["top_k=1", "top_p=1e-6"])
+@pytest.mark.parametrize(
+    "params",
+    [SamplingParams(temperature=1.3, top_k=1), SamplingParams(temperature=1.0, top_p=1e-6)],
+    ids=["top_k=1", "top_p=1e-6"],
+)
 def test_a_one_token_limit_makes_sampling_greedy_whatever_the_temperature(params):
     logits = random_logits(256, 64, seed=1)  # flat enough that a real draw would stray
     tokens = sample(Sampler(CPU, 64, seed=0), logits, [params] * 256)
@@ -94,22 +110,66 @@ def test_same_seed_draws_the_same_tokens_and_another_seed_does_not():
     assert first != two_steps(8)
 
 
+def test_a_request_with_its_own_seed_draws_the_same_tokens_whatever_else_is_in_the_batch():
+    """A seeded request samples from a generator of its own, seeded from its seed and the
+    position it samples: its tokens do not depend on its row, its neighbours or the engine's
+    generator, and still change from one position to the next."""
+    vocab = 64
+    logits = random_logits(1, vocab, seed=5)[0]
+    seeded, other = SamplingParams(temperature=1.0, seed=11), SamplingParams(temperature=1.0)
+
+    def seeded_token(
+        position: int, row: int, batch_size: int, engine_seed: int, seed: int = 11
+    ) -> int:
+        params = [other] * batch_size
+        params[row] = dataclasses.replace(seeded, seed=seed)
+        reqs = [
+            Req(
+                torch.arange(1, position + 1, dtype=torch.int32),
+                table_idx=0,
+                cached_len=0,
+                output_len=1,
+                uid=i,
+                sampling_params=p,
+            )
+            for i, p in enumerate(params)
+        ]
+        sampler = Sampler(CPU, vocab, engine_seed)
+        args = sampler.prepare(Batch(reqs, "decode"))
+        return sampler.sample(logits.expand(batch_size, vocab).contiguous(), args)[row].item()
+
+    tokens = [seeded_token(position, 0, 1, engine_seed=0) for position in range(1, 21)]
+    for position, token in zip(range(1, 21), tokens):
+        assert seeded_token(position, 2, 5, engine_seed=3) == token, (
+            f"position {position}: another row, batch and engine seed changed the seeded draw"
+        )
+    assert len(set(tokens)) > 1, "the seeded draws must differ from one position to the next"
+    assert tokens != [seeded_token(p, 0, 1, engine_seed=0, seed=12) for p in range(1, 21)], (
+        "another seed must draw other tokens"
+    )
+
+
 def draw(logits: torch.Tensor, params: SamplingParams, rows: int = DRAWS) -> torch.Tensor:
     """`rows` independent draws from one row of logits, in a single seeded call."""
     vocab = logits.shape[-1]
-    return sample(Sampler(CPU, vocab, seed=0), logits.expand(rows, vocab).contiguous(),
-                  [params] * rows)
+    return sample(
+        Sampler(CPU, vocab, seed=0), logits.expand(rows, vocab).contiguous(), [params] * rows
+    )
 
 
-@pytest.mark.parametrize("params", [
-    SamplingParams(temperature=1.0),
-    SamplingParams(temperature=0.5),
-    SamplingParams(temperature=2.0),
-    SamplingParams(temperature=1.0, top_k=4),
-    SamplingParams(temperature=0.7, top_k=2),
-    SamplingParams(temperature=1.0, top_p=0.5),
-    SamplingParams(temperature=0.7, top_p=0.6),
-], ids=lambda p: f"T={p.temperature},k={p.top_k},p={p.top_p}")
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=1.0),
+        SamplingParams(temperature=0.5),
+        SamplingParams(temperature=2.0),
+        SamplingParams(temperature=1.0, top_k=4),
+        SamplingParams(temperature=0.7, top_k=2),
+        SamplingParams(temperature=1.0, top_p=0.5),
+        SamplingParams(temperature=0.7, top_p=0.6),
+    ],
+    ids=lambda p: f"T={p.temperature},k={p.top_k},p={p.top_p}",
+)
 def test_sampled_frequencies_follow_the_transformers_warped_distribution(params):
     vocab = 12
     logits = random_logits(1, vocab, seed=3, scale=1.5)[0]
@@ -159,10 +219,12 @@ def test_top_p_samples_only_from_the_smallest_set_holding_top_p_of_the_mass():
 
 
 def test_greedy_and_sampled_rows_mix_in_one_batch():
-    pattern = [SamplingParams(),  # greedy
-               SamplingParams(temperature=1.0),
-               SamplingParams(temperature=0.8, top_k=1),  # greedy in effect
-               SamplingParams(temperature=1.5, top_p=0.9)]
+    pattern = [
+        SamplingParams(),  # greedy
+        SamplingParams(temperature=1.0),
+        SamplingParams(temperature=0.8, top_k=1),  # greedy in effect
+        SamplingParams(temperature=1.5, top_p=0.9),
+    ]
     repeats, vocab = 500, 64
     logits = random_logits(len(pattern) * repeats, vocab, seed=6)
     tokens = sample(Sampler(CPU, vocab, seed=0), logits, pattern * repeats)
@@ -218,8 +280,10 @@ def test_kv_pool_takes_as_many_pages_as_fit_in_kv_cache_gib(gib, page_size):
     budget, page_bytes = gib * 2**30, bytes_per_token * page_size
     assert engine.num_pages * page_bytes <= budget < (engine.num_pages + 1) * page_bytes
     assert engine.kv_cache.num_slots == engine.num_pages * page_size
-    pool_bytes = sum(engine.kv_cache.k_cache(i).nbytes + engine.kv_cache.v_cache(i).nbytes
-                     for i in range(cfg.num_layers))
+    pool_bytes = sum(
+        engine.kv_cache.k_cache(i).nbytes + engine.kv_cache.v_cache(i).nbytes
+        for i in range(cfg.num_layers)
+    )
     assert pool_bytes <= budget
 
 
@@ -285,18 +349,26 @@ def test_prefill_on_top_of_a_cached_prefix_continues_like_transformers(engines):
     ids = prompt_ids(model_dir)[2]
     table = TableManager(engine.config.max_running_req, engine.page_table)
     row = table.allocate()
-    slots = torch.randperm(engine.kv_cache.num_slots,  # scattered
-                           generator=torch.Generator().manual_seed(0))[:len(ids) + 1]
-    engine.page_table[row, :len(slots)] = slots.to(torch.int32)
+    slots = torch.randperm(
+        engine.kv_cache.num_slots,  # scattered
+        generator=torch.Generator().manual_seed(0),
+    )[: len(ids) + 1]
+    engine.page_table[row, : len(slots)] = slots.to(torch.int32)
     half = len(ids) // 2
     for cached_len, known in [(0, ids[:half]), (half, ids)]:
-        req = Req(torch.tensor(known, dtype=torch.int32), row, cached_len=cached_len,
-                  output_len=1, uid=0, sampling_params=SamplingParams())
+        req = Req(
+            torch.tensor(known, dtype=torch.int32),
+            row,
+            cached_len=cached_len,
+            output_len=1,
+            uid=0,
+            sampling_params=SamplingParams(),
+        )
         table.write_prompt(req)
         batch = Batch([req], "prefill")
         table.prepare_inputs(batch)
         engine.prepare_batch(batch)
-        token = engine.forward_batch(batch)
+        token = engine.forward_batch(batch, engine.sampler.prepare(batch)).next_tokens_cpu
     assert token.tolist() == transformers_greedy(model_dir)[2][:1]
 
 
@@ -305,13 +377,12 @@ def test_seeded_sampling_through_the_engine_is_reproducible():
     ids = prompt_ids(TINY_MODELS["llama"])
 
     def run(seed: int) -> list[list[int]]:
-        return generate_hand_batched(build_engine(TINY_MODELS["llama"], seed=seed), ids,
-                                     params)[0]
+        return generate_hand_batched(build_engine(TINY_MODELS["llama"], seed=seed), ids, params)[0]
 
     first = run(1)
     assert first == run(1)
     assert first != run(2)
-    greedy = [out[:params.max_tokens] for out in transformers_greedy(TINY_MODELS["llama"])]
+    greedy = [out[: params.max_tokens] for out in transformers_greedy(TINY_MODELS["llama"])]
     assert first != greedy, "temperature 1 is not greedy"
 
 
@@ -343,3 +414,15 @@ def test_parity_fails_when_qwen3_runs_without_its_qk_norm():
         layer.q_norm = layer.k_norm = None
     ours, _ = generate_hand_batched(engine, prompt_ids(model_dir), GREEDY_LONG)
     assert ours != transformers_greedy(model_dir)
+
+
+def test_request_that_fits_the_pool_only_without_its_page_of_slack_is_refused():
+    """The worst case the scheduler reserves is prompt + max_tokens + one page of slack: a
+    request that fits the pool only without that page could never be admitted."""
+    page_size, num_pages, max_tokens = 4, 13, 8
+    engine = tiny_engine(max_seq_len=1000, page_size=page_size, num_pages=num_pages)
+    capacity = page_size * num_pages
+    engine.check_request_fits(capacity - page_size - max_tokens, max_tokens)  # exactly fills it
+    for needed in range(capacity - page_size + 1, capacity + 1):
+        with pytest.raises(RequestTooLongError):
+            engine.check_request_fits(needed - max_tokens, max_tokens)

@@ -1,9 +1,9 @@
 """Chapter 7 tests: the scheduler's loop, the prefill and decode managers, and LLM.generate.
 
 Continuous batching is checked on the scheduler's own records: which requests are running
-after each step (`decode_manager.running`), who is still waiting (`prefill_manager.pending`)
-and the phase and size of every batch (`stats.steps`). Generated tokens are compared with
-transformers' greedy `generate`, computed at test time.
+after each step (`decode_manager.running_reqs`), who is still waiting
+(`prefill_manager.pending_list`) and the phase and size of every batch (`stats.steps`).
+Generated tokens are compared with transformers' greedy `generate`, computed at test time.
 
 This chapter's snapshot has neither the radix cache (chapter 9) nor overlap scheduling
 (chapter 11): every engine here runs with cache_type="naive" and enable_overlap=False.
@@ -15,30 +15,49 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import (SCHEDULER_MAX_STEPS, TINY_MODELS, encode, greedy, hf_greedy_cached,
-                     llm_fixture, load_tokenizer, run_until_idle)
+from conftest import (
+    SCHEDULER_MAX_STEPS,
+    TINY_MODELS,
+    encode,
+    greedy,
+    guarded_llm,
+    hf_greedy_cached,
+    llm_fixture,
+    load_tokenizer,
+    run_until_idle,
+)
 
-from minisgl.core import SamplingParams
+from minisgl.core import Req, SamplingParams
 from minisgl.llm import LLM
 from minisgl.scheduler import Scheduler, SchedulerConfig
+from minisgl.scheduler.decode import DecodeManager
 from minisgl.utils import InvalidRequestError, RequestTooLongError
 
 QWEN3 = TINY_MODELS["qwen3"]
-PROMPTS = ["The capital of France is",
-           "def fibonacci(n):",
-           "Once upon a time, in a small village by the sea, there lived an old fisherman who",
-           "Hi"]
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a small village by the sea, there lived an old fisherman who",
+    "Hi",
+]
 MAX_TOKENS = [9, 4, 12, 1]  # different lengths, so requests leave the batch at different steps
 POOL_TOKENS = 1024  # KV slots of every engine here: plenty for these prompts
 
 
 def config(page_size: int = 1, **overrides) -> dict:
     """What every engine of this chapter runs with: no radix cache, no overlap, on the CPU."""
-    return dict(cache_type="naive", enable_overlap=False, device="cpu", show_progress=False,
-                page_size=page_size, num_pages=POOL_TOKENS // page_size,
-                max_running_req=8) | overrides
-
-
+    return (
+        dict(
+            cache_type="naive",
+            enable_overlap=False,
+            device="cpu",
+            show_progress=False,
+            page_size=page_size,
+            num_pages=POOL_TOKENS // page_size,
+            max_running_req=8,
+        )
+        | overrides
+    )
 
 
 def generate(llm: LLM, prompts, params) -> list[dict]:
@@ -47,10 +66,6 @@ def generate(llm: LLM, prompts, params) -> list[dict]:
     assert not llm.scheduler.has_work, "generate returned with requests still in the scheduler"
     llm.scheduler.cache_manager.check_integrity()
     return outputs
-
-
-
-
 
 
 llms = llm_fixture(config)
@@ -109,7 +124,9 @@ def test_requests_join_and_leave_the_running_batch_at_any_step():
     max_tokens = [2, 5, 3, 4]
     uids = [scheduler.add_request(ids, greedy(n)) for ids, n in zip(prompt_ids, max_tokens)]
     assert len(set(uids)) == 4
-    assert [p.uid for p in scheduler.prefill_manager.pending] == uids, "queued in arrival order"
+    assert [p.uid for p in scheduler.prefill_manager.pending_list] == uids, (
+        "queued in arrival order"
+    )
 
     tokens: dict[int, list[int]] = {uid: [] for uid in uids}
     running_after_step: list[set[int]] = []
@@ -121,7 +138,7 @@ def test_requests_join_and_leave_the_running_batch_at_any_step():
             tokens[out.uid].append(out.token)
             if out.finished:
                 finished_at[out.uid] = len(running_after_step)
-        running = set(scheduler.decode_manager.running)
+        running = set(scheduler.decode_manager.running_reqs)
         assert len(running) <= 2, "more requests running than table rows"
         running_after_step.append(running)
     scheduler.cache_manager.check_integrity()
@@ -157,11 +174,13 @@ def test_more_requests_than_table_rows_all_complete_as_rows_free_up(llms):
     prefills = [size for phase, size, _ in steps if phase == "prefill"]
     assert sum(prefills) == len(prompts), "every request is prefilled exactly once"
     phases = [phase for phase, _, _ in steps]
-    assert "decode" in phases[: phases.index("prefill", 1)], \
+    assert "decode" in phases[: phases.index("prefill", 1)], (
         f"steps {phases}: waiting requests must join between decode steps"
+    )
     decode_sizes = [size for phase, size, _ in steps if phase == "decode"]
-    assert decode_sizes[0] == 3 and decode_sizes[-1] == 1, \
+    assert decode_sizes[0] == 3 and decode_sizes[-1] == 1, (
         f"decode batch sizes {decode_sizes}: a full batch at first, one request at the end"
+    )
     for phase, size, num_tokens in steps:
         if phase == "decode":
             assert num_tokens == size, "a decode step computes one token per request"
@@ -173,24 +192,106 @@ def test_each_step_reports_the_tokens_it_produced_and_flags_the_last():
     uid_short = scheduler.add_request(short, greedy(1))
     uid_long = scheduler.add_request(long, greedy(3))
     steps = run_until_idle(scheduler)
-    assert [[(o.uid, o.finished) for o in outs] for outs in steps] == [
-        [(uid_short, True), (uid_long, False)],  # the prefill samples every request's first token
-        [(uid_long, False)],
-        [(uid_long, True)],
+    assert [[(o.uid, o.finish_reason) for o in outs] for outs in steps] == [
+        [(uid_short, "length"), (uid_long, None)],  # the prefill samples every first token
+        [(uid_long, None)],
+        [(uid_long, "length")],
     ]
-    assert [o.token for outs in steps for o in outs if o.uid == uid_long] == \
-        hf_greedy_cached(QWEN3, long, 3)
-    assert scheduler.stats.steps == [("prefill", 2, len(short) + len(long)),
-                                     ("decode", 1, 1), ("decode", 1, 1)]
+    assert [o.token for outs in steps for o in outs if o.uid == uid_long] == hf_greedy_cached(
+        QWEN3, long, 3
+    )
+    assert scheduler.stats.steps == [
+        ("prefill", 2, len(short) + len(long)),
+        ("decode", 1, 1),
+        ("decode", 1, 1),
+    ]
     assert scheduler.stats.prompt_tokens == len(short) + len(long)
     assert scheduler.stats.generated_tokens == 4
+
+
+def test_a_request_that_cannot_decode_never_joins_the_running_set():
+    """After a forward, only requests with tokens left to generate (`can_decode`) run on: a
+    request that reached max_tokens leaves, and a prompt chunk (chapter 10), which samples
+    nothing although its remain_len is positive, never joins."""
+
+    class PromptChunk(Req):  # what chapter 10's ChunkedReq says about itself
+        @property
+        def can_decode(self) -> bool:
+            return False
+
+    def request(uid: int, cls: type[Req] = Req) -> Req:
+        return cls(
+            torch.tensor([5, 6, 7], dtype=torch.int32),
+            table_idx=uid,
+            cached_len=0,
+            output_len=2,
+            uid=uid,
+            sampling_params=greedy(2),
+        )
+
+    decode = DecodeManager(page_size=1)
+    done, going, chunk = request(0), request(1), request(2, PromptChunk)
+    for req in (done, going, chunk):
+        req.complete_one()  # prefilled: one token of two generated
+    decode.filter_reqs([done, going, chunk])
+    assert list(decode.running_reqs) == [0, 1], "a prompt chunk must not join the running set"
+    done.complete_one()  # its second and last token: remain_len 0
+    decode.filter_reqs([done, going])
+    assert list(decode.running_reqs) == [1], "a request at max_tokens must leave"
+
+
+def test_a_decode_step_follows_every_prefill_while_requests_keep_arriving():
+    """With a new request arriving before every step, always preferring prefill would starve
+    the running requests (as a long chunked prompt would, chapter 10): right after a prefill,
+    the running requests get a decode step."""
+    scheduler = Scheduler(SchedulerConfig(str(QWEN3), **config(max_running_req=16)))
+    prompts = encode(QWEN3, [f"Arrival {i} says" for i in range(10)])
+    first = scheduler.add_request(prompts[0], greedy(8))
+    first_tokens, running_before = 0, []
+    for ids in prompts[1:]:
+        scheduler.add_request(ids, greedy(2))
+        running_before.append(bool(scheduler.decode_manager.running_reqs))
+        first_tokens += sum(1 for out in scheduler.step() if out.uid == first)
+    phases = [phase for phase, _, _ in scheduler.stats.steps]
+    for i in range(1, len(phases)):
+        if phases[i - 1] == "prefill" and running_before[i]:
+            assert phases[i] == "decode", (
+                f"steps {phases}: a prefill right after a prefill "
+                "while requests were running: they are starved"
+            )
+    assert first_tokens >= 4, f"the first request got {first_tokens} tokens in 9 steps"
+    run_until_idle(scheduler)
+
+
+def test_under_kv_pressure_a_smaller_later_request_does_not_overtake_a_waiting_one():
+    """First come, first served: a large request that does not fit yet blocks the queue, so a
+    small one behind it, which would fit, waits too; otherwise a stream of small requests
+    could starve the large one forever."""
+    scheduler = Scheduler(SchedulerConfig(str(QWEN3), **config(num_pages=64)))
+    running, large, small = encode(QWEN3, ["A running request", "Then a large one " * 5, "Small"])
+    # worst cases, page_size 1: running len+20+1, large len+20+1: together more than 64 slots
+    assert len(running) + len(large) + 2 * 21 > 64 >= len(running) + len(small) + 4 + 21 + 1
+    uids = [
+        scheduler.add_request(running, greedy(20)),
+        scheduler.add_request(large, greedy(20)),
+        scheduler.add_request(small, greedy(3)),
+    ]
+    first_token_step: dict[int, int] = {}
+    for i, outs in enumerate(run_until_idle(scheduler)):
+        for out in outs:
+            first_token_step.setdefault(out.uid, i)
+    assert first_token_step[uids[0]] < first_token_step[uids[1]], "the large request must wait"
+    assert first_token_step[uids[2]] >= first_token_step[uids[1]], (
+        f"first tokens at steps {[first_token_step[u] for u in uids]}: the small request "
+        "overtook the large one that was waiting before it"
+    )
 
 
 def test_finished_requests_give_back_their_rows_and_pages(llms):
     llm = llms(QWEN3, page_size=16)
     scheduler = llm.scheduler
     generate(llm, PROMPTS, [greedy(n) for n in MAX_TOKENS])
-    assert not scheduler.decode_manager.running and not scheduler.prefill_manager.pending
+    assert not scheduler.decode_manager.running_reqs and not scheduler.prefill_manager.pending_list
     assert scheduler.table_manager.available_size == scheduler.config.max_running_req
     assert scheduler.cache_manager.num_free_pages == scheduler.cache_manager.num_pages
 
@@ -206,8 +307,11 @@ def test_eos_stops_a_request_unless_it_ignores_eos(llms, monkeypatch):
     expected = hf_greedy_cached(QWEN3, ids, 8)
     stop_at = next(i for i in range(2, 8) if expected[i] not in expected[:i])
     monkeypatch.setattr(llm.scheduler, "eos_token_ids", {expected[stop_at]})
-    respects, ignores = generate(llm, [ids, ids], [SamplingParams(max_tokens=8),
-                                                   SamplingParams(max_tokens=8, ignore_eos=True)])
+    respects, ignores = generate(
+        llm,
+        [ids, ids],
+        [SamplingParams(max_tokens=8), SamplingParams(max_tokens=8, ignore_eos=True)],
+    )
     assert respects["token_ids"] == expected[: stop_at + 1], "stop at EOS, keeping the EOS token"
     assert respects["finish_reason"] == "stop"
     assert ignores["token_ids"] == expected
@@ -215,7 +319,8 @@ def test_eos_stops_a_request_unless_it_ignores_eos(llms, monkeypatch):
 
 
 def test_a_request_that_ignores_eos_finishes_by_length_even_if_its_last_token_is_eos(
-        llms, monkeypatch):
+    llms, monkeypatch
+):
     llm = llms(QWEN3)
     ids = encode(QWEN3, PROMPTS[:1])[0]
     expected = hf_greedy_cached(QWEN3, ids, 4)
@@ -256,10 +361,111 @@ def test_bad_requests_raise_clear_errors_and_leave_the_scheduler_usable(llms):
     assert scheduler.cache_manager.num_free_pages == 32
 
 
+# --- the scheduler's API: uids, aborts, status ------------------------------------------------
+
+
+def test_add_request_takes_a_given_uid_and_refuses_one_in_use():
+    scheduler = Scheduler(SchedulerConfig(str(QWEN3), **config()))
+    ids = encode(QWEN3, PROMPTS[:1])[0]
+    assert scheduler.add_request(ids, greedy(2), uid=7) == 7
+    assert scheduler.add_request(ids, greedy(2)) > 7, "new uids never collide with given ones"
+    with pytest.raises(InvalidRequestError, match="7"):
+        scheduler.add_request(ids, greedy(2), uid=7)
+    assert len(scheduler.prefill_manager.pending_list) == 2, "a refused request is not queued"
+    run_until_idle(scheduler)
+
+
+def test_an_aborted_request_produces_nothing_more_and_frees_its_row_and_pages_at_once():
+    scheduler = Scheduler(SchedulerConfig(str(QWEN3), **config(max_running_req=2)))
+    kept, aborted, waiting = encode(QWEN3, PROMPTS[:3])
+    uids = [scheduler.add_request(ids, greedy(6)) for ids in (kept, aborted, waiting)]
+    scheduler.step()  # both rows taken by a prefill; the third request waits
+    status = scheduler.status()
+    assert (status.running, status.waiting, scheduler.table_manager.available_size) == (2, 1, 0)
+    assert status.used_pages == len(kept) + len(aborted), "a page per prompt token (page 1)"
+    assert status.integrity_ok is None, "no idle check has run yet"
+    free_pages = scheduler.cache_manager.num_free_pages
+
+    assert scheduler.abort_request(uids[1]) and scheduler.abort_request(uids[2])
+    assert not scheduler.abort_request(uids[1]), "an aborted request is gone"
+    assert not scheduler.abort_request(12345), "no such request"
+    assert scheduler.table_manager.available_size == 1, "the aborted row is free at once"
+    assert scheduler.cache_manager.num_free_pages == free_pages + len(aborted), (
+        "the aborted request's pages are free at once"
+    )
+    steps = run_until_idle(scheduler)
+    assert {out.uid for outs in steps for out in outs} == {uids[0]}
+    assert [out.token for outs in steps for out in outs] == hf_greedy_cached(QWEN3, kept, 6)[1:]
+    status = scheduler.status()
+    assert (status.running, status.waiting, status.used_pages) == (0, 0, 0)
+    assert status.free_pages + status.cached_pages == status.num_pages
+    assert status.generated_tokens == 6 + 1 and status.integrity_ok is True
+
+
 def test_llm_is_a_context_manager_that_shuts_down_on_exit():
-    with LLM(str(QWEN3), **config(num_pages=128)) as llm:
+    with guarded_llm(QWEN3, **config(num_pages=128)) as llm:
         ids = encode(QWEN3, PROMPTS[:1])[0]
         out = generate(llm, [ids], greedy(3))
         assert out[0]["token_ids"] == hf_greedy_cached(QWEN3, ids, 3)
     assert getattr(llm, "scheduler", None) is None, "shutdown() releases the engine"
     llm.shutdown()  # a second shutdown is harmless
+
+
+def test_new_uids_never_collide_with_given_ones_given_out_of_order():
+    scheduler = Scheduler(SchedulerConfig(str(QWEN3), **config()))
+    ids = encode(QWEN3, PROMPTS[:1])[0]
+    uids = [scheduler.add_request(ids, greedy(1), uid=uid) for uid in (10, 5)]
+    uids += [scheduler.add_request(ids, greedy(1)) for _ in range(6)]
+    assert len(set(uids)) == len(uids), f"uids {uids}: a new uid repeats a queued one"
+    run_until_idle(scheduler)
+
+
+def test_admission_reserves_what_the_running_requests_may_still_need():
+    """A request whose worst case fits in the free pages, but not beside the worst case of
+    the running request, waits until that request is done: otherwise both could outgrow
+    the pool."""
+    scheduler = Scheduler(SchedulerConfig(str(QWEN3), **config(num_pages=64)))
+    running, later = encode(QWEN3, ["A running request", "A later one"])
+    # worst cases, page_size 1: prompt + max_tokens + a page of slack
+    assert len(later) + 26 <= 64 - len(running) < len(later) + 26 + 41
+    first = scheduler.add_request(running, greedy(40))
+    scheduler.step()  # the first request is prefilled and runs
+    second = scheduler.add_request(later, greedy(25))
+    tokens: dict[int, list[int]] = {first: [], second: []}
+    finished_at, first_token_at = None, None
+    for i, outs in enumerate(run_until_idle(scheduler)):
+        for out in outs:
+            tokens[out.uid].append(out.token)
+            if out.uid == first and out.finished:
+                finished_at = i
+            if out.uid == second and first_token_at is None:
+                first_token_at = i
+    assert first_token_at is not None and finished_at is not None
+    assert first_token_at > finished_at, "admitted although its worst case did not fit"
+    assert tokens[second] == hf_greedy_cached(QWEN3, later, 25)
+
+
+def test_the_idle_integrity_check_waits_until_no_request_waits_or_runs():
+    """One table row: after the first request finishes, the second still waits, so the
+    scheduler is not idle yet and its idle check has not run."""
+    scheduler = Scheduler(SchedulerConfig(str(QWEN3), **config(max_running_req=1)))
+    first, second = encode(QWEN3, PROMPTS[:2])
+    scheduler.add_request(first, greedy(1))
+    scheduler.add_request(second, greedy(1))
+    scheduler.step()  # the first request: prefilled and finished at once
+    status = scheduler.status()
+    assert (status.running, status.waiting) == (0, 1)
+    assert status.integrity_ok is None, "the idle check ran while a request was waiting"
+    run_until_idle(scheduler)
+    assert scheduler.status().integrity_ok is True
+
+
+def test_an_eos_sampled_as_the_last_allowed_token_finishes_by_stop(llms, monkeypatch):
+    llm = llms(QWEN3)
+    ids = encode(QWEN3, PROMPTS[:1])[0]
+    expected = hf_greedy_cached(QWEN3, ids, 8)
+    n = next(i for i in range(2, 9) if expected[i - 1] not in expected[: i - 1])
+    monkeypatch.setattr(llm.scheduler, "eos_token_ids", {expected[n - 1]})
+    (out,) = generate(llm, [ids], SamplingParams(max_tokens=n))
+    assert out["token_ids"] == expected[:n]
+    assert out["finish_reason"] == "stop", "it sampled EOS: that is why it ended"

@@ -1,5 +1,5 @@
 """Chapter 8 tests: the CacheManager (pages in, pages out, cache_req, the integrity check) and
-admission control (PrefillAdder.try_add, worst_case_tokens, DecodeManager.inflight_tokens).
+admission control (PrefillAdder.try_add_one, worst_case_tokens, DecodeManager.inflight_tokens).
 
 The radix cache is written in chapter 9, so the prefix-cache side of cache_req, eviction and
 matching is exercised with `PagePrefixCache` below: a deliberately small prefix cache that keeps
@@ -69,8 +69,9 @@ class PagePrefixCache(BasePrefixCache):
             self.pages[key][1] += -1 if unlock else 1
             assert self.pages[key][1] >= 0, "unlocked more often than locked"
 
-    def insert_prefix(self, input_ids: torch.Tensor,
-                      indices: torch.Tensor) -> tuple[int, BaseCacheHandle]:
+    def insert_prefix(
+        self, input_ids: torch.Tensor, indices: torch.Tensor
+    ) -> tuple[int, BaseCacheHandle]:
         keys, shared = self._keys(input_ids), 0
         for i, key in enumerate(keys):
             if key in self.pages:
@@ -87,8 +88,14 @@ class PagePrefixCache(BasePrefixCache):
     def evict(self, num_tokens: int) -> torch.Tensor:
         freed = []
         while num_tokens > 0:
-            leaf = next((key for key, (_, locks) in self.pages.items()
-                         if locks == 0 and self._is_leaf(key)), None)
+            leaf = next(
+                (
+                    key
+                    for key, (_, locks) in self.pages.items()
+                    if locks == 0 and self._is_leaf(key)
+                ),
+                None,
+            )
             if leaf is None:
                 raise RuntimeError(f"cannot evict {num_tokens} more tokens")
             freed.append(self.pages.pop(leaf)[0])
@@ -99,8 +106,10 @@ class PagePrefixCache(BasePrefixCache):
     @property
     def size_info(self) -> SizeInfo:
         locked = sum(1 for _, locks in self.pages.values() if locks)
-        return SizeInfo(evictable_size=(len(self.pages) - locked) * self.page_size,
-                        protected_size=locked * self.page_size)
+        return SizeInfo(
+            evictable_size=(len(self.pages) - locked) * self.page_size,
+            protected_size=locked * self.page_size,
+        )
 
     def check_integrity(self) -> None:
         for key in self.pages:
@@ -110,17 +119,29 @@ class PagePrefixCache(BasePrefixCache):
 # --- helpers ---------------------------------------------------------------------------------
 
 
-def cache_manager(page_size: int, num_pages: int,
-                  prefix_cache: BasePrefixCache | None = None) -> CacheManager:
+def cache_manager(
+    page_size: int, num_pages: int, prefix_cache: BasePrefixCache | None = None
+) -> CacheManager:
     page_table = torch.full((ROWS, ROW_LEN), -1, dtype=torch.int32)
     return CacheManager(num_pages, page_size, page_table, prefix_cache or NaivePrefixCache(CPU))
 
 
-def make_req(ids: list[int], row: int, cached_len: int = 0, output_len: int = 16,
-             handle: BaseCacheHandle | None = None) -> Req:
-    return Req(torch.tensor(ids, dtype=torch.int32), table_idx=row, cached_len=cached_len,
-               output_len=output_len, uid=row, sampling_params=SamplingParams(),
-               cache_handle=handle if handle is not None else BaseCacheHandle(0))
+def make_req(
+    ids: list[int],
+    row: int,
+    cached_len: int = 0,
+    output_len: int = 16,
+    handle: BaseCacheHandle | None = None,
+) -> Req:
+    return Req(
+        torch.tensor(ids, dtype=torch.int32),
+        table_idx=row,
+        cached_len=cached_len,
+        output_len=output_len,
+        uid=row,
+        sampling_params=SamplingParams(),
+        cache_handle=handle if handle is not None else BaseCacheHandle(0),
+    )
 
 
 def prefill(cm: CacheManager, req: Req) -> None:
@@ -131,7 +152,7 @@ def prefill(cm: CacheManager, req: Req) -> None:
 
 def row_pages(cm: CacheManager, req: Req, length: int) -> list[int]:
     """First slot of each page the request's row maps for positions [0, length)."""
-    return cm.page_table[req.table_idx, :length:cm.page_size].tolist()
+    return cm.page_table[req.table_idx, : length : cm.page_size].tolist()
 
 
 def assert_integrity_fails(cm: CacheManager) -> None:
@@ -202,11 +223,11 @@ def test_freeing_returns_whole_pages_and_a_lazy_region_frees_at_its_end():
     a, b = make_req(list(range(9)), row=0), make_req(list(range(5)), row=1)
     cm.allocate_paged([a, b])
     assert cm.num_free_pages == 3
-    cm._free_slots(cm.page_table[0, :9])  # one entry per token: 3 pages
+    cm._free(cm.page_table[0, :9])  # one entry per token: 3 pages
     assert cm.num_free_pages == 6
     with cm.lazy_free_region():
-        cm._free_slots(cm.page_table[1, :5])
-        cm._free_slots(cm.page_table[1, :0])  # nothing
+        cm._free(cm.page_table[1, :5])
+        cm._free(cm.page_table[1, :0])  # nothing
         assert cm.num_free_pages == 6, "inside a lazy region frees wait for its end"
     assert cm.num_free_pages == 8
     cm.check_integrity()
@@ -214,7 +235,7 @@ def test_freeing_returns_whole_pages_and_a_lazy_region_frees_at_its_end():
     cm.allocate_paged([make_req(list(range(7)), row=2)])
     with pytest.raises(KeyError):  # the region's frees are not lost when its body fails
         with cm.lazy_free_region():
-            cm._free_slots(cm.page_table[2, :7])
+            cm._free(cm.page_table[2, :7])
             raise KeyError("boom")
     assert cm.num_free_pages == 8
     cm.check_integrity()
@@ -242,8 +263,9 @@ def test_cache_req_keeps_whole_pages_in_the_prefix_cache_and_frees_the_tail():
     cm.cache_req(req, finished=True)
     assert cache.size_info == SizeInfo(evictable_size=8, protected_size=0)
     assert cm.num_free_pages == 8 - 2
-    assert cache.match_prefix(req.input_ids).indices.tolist() == \
-        cm.page_table[0, :8].tolist(), "the cache holds the request's own slots"
+    assert cache.match_prefix(req.input_ids).indices.tolist() == cm.page_table[0, :8].tolist(), (
+        "the cache holds the request's own slots"
+    )
     cm.check_integrity()
 
 
@@ -262,8 +284,9 @@ def test_cache_req_of_a_running_request_frees_its_duplicates_and_reads_the_cache
     b_tail = cm.page_table[1, 6].item()
 
     cm.cache_req(a, finished=False)
-    assert cache.size_info == SizeInfo(evictable_size=0, protected_size=6), \
+    assert cache.size_info == SizeInfo(evictable_size=0, protected_size=6), (
         "a running request's cached prefix is locked"
+    )
     assert a.cache_handle.cached_len == 6
     cm.cache_req(b, finished=False)
     assert cm.num_free_pages == 16 - 8 + 3, "b's three duplicate pages are freed"
@@ -283,8 +306,9 @@ def test_cache_req_of_a_running_request_frees_its_duplicates_and_reads_the_cache
 # --- the integrity check ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("corruption", ["leaked page", "double free",
-                                        "locked with nothing running"])
+@pytest.mark.parametrize(
+    "corruption", ["leaked page", "double free", "locked with nothing running"]
+)
 def test_check_integrity_catches_a_corrupted_page_ledger(corruption):
     cache = PagePrefixCache(page_size=4)
     cm = cache_manager(page_size=4, num_pages=8, prefix_cache=cache)
@@ -293,9 +317,9 @@ def test_check_integrity_catches_a_corrupted_page_ledger(corruption):
     cm.cache_req(req, finished=True)  # two pages cached, six free
     cm.check_integrity()  # a consistent ledger passes
     if corruption == "leaked page":
-        cm.free_pages = cm.free_pages[1:]
+        cm.free_slots = cm.free_slots[1:]
     elif corruption == "double free":  # as many entries as free pages, but one of them twice
-        cm.free_pages[0] = cm.free_pages[1]
+        cm.free_slots[0] = cm.free_slots[1]
     else:
         cm.lock(cm.prefix_cache.match_prefix(req.input_ids).handle)
     assert_integrity_fails(cm)
@@ -367,8 +391,9 @@ def test_allocation_evicts_unlocked_cached_pages_when_free_pages_run_short():
     assert cache.evicted_tokens == 4, "evict exactly the pages that are missing"
     assert cm.num_free_pages == 0
     new_slots = cm.page_table[2, :8].tolist()
-    assert len(set(new_slots)) == 8 and not kept_slots & set(new_slots), \
+    assert len(set(new_slots)) == 8 and not kept_slots & set(new_slots), (
         "a locked cached page was handed out"
+    )
     assert cache.match_prefix(torch.tensor([1, 2, 3, 4])).handle.cached_len == 4
     assert cache.match_prefix(torch.tensor([5, 6, 7, 8])).handle.cached_len == 0
     cm.unlock(handle)
@@ -385,9 +410,10 @@ def pending(uid: int, prompt_len: int, max_tokens: int, first_token: int = 1000)
     return PendingReq(uid, ids, SamplingParams(max_tokens=max_tokens))
 
 
-def adder_for(cm: CacheManager, table: TableManager, reserved: int = 0,
-              budget: int = 10_000) -> PrefillAdder:
-    return PrefillAdder(cm, table, token_budget=budget, reserved_tokens=reserved)
+def adder_for(
+    cm: CacheManager, table: TableManager, reserved: int = 0, budget: int = 10_000
+) -> PrefillAdder:
+    return PrefillAdder(cm, table, token_budget=budget, reserved_size=reserved)
 
 
 def test_admission_reserves_prompt_max_tokens_and_a_page_per_request():
@@ -400,17 +426,16 @@ def test_admission_reserves_prompt_max_tokens_and_a_page_per_request():
     # 6 tokens computed (a chunk, chapter 10) means two whole pages held: 8 slots need no room
     assert adder.worst_case_tokens(first, 6) == 20 + 10 + 4 - 8
 
-    req = adder.try_add(first)
+    req = adder.try_add_one(first)
     assert req is not None
     assert (req.cached_len, req.device_len, req.max_device_len) == (0, 20, 30)
-    assert req.table_idx == first.table_idx is not None
-    assert adder.reserved_tokens == 34
-    assert adder.try_add(second) is not None
-    assert adder.reserved_tokens == 64, "34 + 30 tokens: the pool is fully promised"
+    assert req.table_idx not in table._free_rows, "an admitted request holds a table row"
+    assert adder.reserved_size == 34
+    assert adder.try_add_one(second) is not None
+    assert adder.reserved_size == 64, "34 + 30 tokens: the pool is fully promised"
     rows_left = table.available_size
-    assert adder.try_add(third) is None, "1 + 1 + 4 more tokens do not fit: it must wait"
-    assert table.available_size == rows_left and third.table_idx is None, \
-        "a request that waits takes no table row"
+    assert adder.try_add_one(third) is None, "1 + 1 + 4 more tokens do not fit: it must wait"
+    assert table.available_size == rows_left, "a request that waits takes no table row"
 
 
 def test_admission_waits_when_worst_case_does_not_fit_beside_running_requests():
@@ -420,22 +445,22 @@ def test_admission_waits_when_worst_case_does_not_fit_beside_running_requests():
     running = [make_req(list(range(5)), row=table.allocate(), output_len=9) for _ in range(2)]
     for req in running:
         prefill(cm, req)
-    decode.add_reqs(running)
+    decode.filter_reqs(running)
     # each may still generate 9 - 1 tokens, plus one page of slack
     assert decode.inflight_tokens == 2 * (8 + 1)
     assert cm.available_size == 40 - 10
     waiting = pending(7, 3, 10)  # needs 3 + 10 + 1 = 14 tokens; 30 - 18 = 12 are left
-    assert adder_for(cm, table, reserved=decode.inflight_tokens).try_add(waiting) is None
+    assert adder_for(cm, table, reserved=decode.inflight_tokens).try_add_one(waiting) is None
     for req in running:  # one decode step each: 28 - 16 = 12 tokens left, still too few
         req.append_host(0)
         cm.allocate_paged([req])
         req.complete_one()
     assert decode.inflight_tokens == 2 * (7 + 1)
-    assert adder_for(cm, table, reserved=decode.inflight_tokens).try_add(waiting) is None
+    assert adder_for(cm, table, reserved=decode.inflight_tokens).try_add_one(waiting) is None
     decode.remove_req(running[0])  # one running request finishes and frees its pages
     table.free(running[0].table_idx)
     cm.cache_req(running[0], finished=True)
-    assert adder_for(cm, table, reserved=decode.inflight_tokens).try_add(waiting) is not None
+    assert adder_for(cm, table, reserved=decode.inflight_tokens).try_add_one(waiting) is not None
 
 
 def test_admission_uses_the_cached_prefix_and_locks_it_only_if_admitted():
@@ -450,16 +475,18 @@ def test_admission_uses_the_cached_prefix_and_locks_it_only_if_admitted():
 
     # Locking the match takes its 10 tokens out of the evictable room: 14 free slots are left.
     big = pending(0, 12, 10)  # shares 10 tokens: needs 2 + 10 + 2 = 14
-    req = adder_for(cm, table).try_add(big)
+    req = adder_for(cm, table).try_add_one(big)
     assert req is not None and req.cached_len == 10 and req.extend_len == 2
-    assert cm.page_table[req.table_idx, :10].tolist() == \
-        cache.match_prefix(donor.input_ids).indices.tolist(), "the row reads the cached K/V"
+    assert (
+        cm.page_table[req.table_idx, :10].tolist()
+        == cache.match_prefix(donor.input_ids).indices.tolist()
+    ), "the row reads the cached K/V"
     assert cache.size_info.protected_size == 10, "an admitted request locks its prefix"
     cm.unlock(req.cache_handle)
     table.free(req.table_idx)
 
     too_big = pending(1, 12, 11)  # needs 15: it would have to evict its own prefix
-    assert adder_for(cm, table).try_add(too_big) is None
+    assert adder_for(cm, table).try_add_one(too_big) is None
     assert cache.size_info.protected_size == 0, "a request that waits holds no lock"
     cm.check_integrity()
 
@@ -468,8 +495,10 @@ def test_admission_uses_the_cached_prefix_and_locks_it_only_if_admitted():
 
 
 def scheduler_for(model_dir: Path, **overrides) -> Scheduler:
-    config = dict(cache_type="naive", enable_overlap=False, device="cpu",
-                  show_progress=False) | overrides
+    config = (
+        dict(cache_type="naive", enable_overlap=False, device="cpu", show_progress=False)
+        | overrides
+    )
     return Scheduler(SchedulerConfig(str(model_dir), **config))
 
 
@@ -485,13 +514,17 @@ def run(scheduler: Scheduler, max_steps: int = MAX_STEPS) -> dict[int, list[int]
     return tokens
 
 
-ADMISSION_PROMPTS = ["The capital of France is", "def add(a, b):", "The sun is a big",
-                     "Water boils at 100", "My favourite book is the"]
+ADMISSION_PROMPTS = [
+    "The capital of France is",
+    "def add(a, b):",
+    "The sun is a big",
+    "Water boils at 100",
+    "My favourite book is the",
+]
 
 
 @pytest.mark.slow  # 16 steps of SmolLM2 (30 layers): ~2 s, 25 s on a busy machine
-def test_admission_with_a_64_token_pool_runs_four_short_prompts_and_queues_the_fifth(
-        smollm2_dir):
+def test_admission_with_a_64_token_pool_runs_four_short_prompts_and_queues_the_fifth(smollm2_dir):
     num_pages, max_tokens = 64, 8
     scheduler = scheduler_for(smollm2_dir, num_pages=num_pages, page_size=1, max_running_req=8)
     tokenizer = load_tokenizer(smollm2_dir)
@@ -509,15 +542,16 @@ def test_admission_with_a_64_token_pool_runs_four_short_prompts_and_queues_the_f
         assert len(trace) < MAX_STEPS
         for out in scheduler.step():
             tokens[out.uid].append(out.token)
-        running = set(scheduler.decode_manager.running)
-        waiting = [p.uid for p in scheduler.prefill_manager.pending]
+        running = set(scheduler.decode_manager.running_reqs)
+        waiting = [p.uid for p in scheduler.prefill_manager.pending_list]
         trace.append((running, waiting))
         assert scheduler.cache_manager.num_free_pages > 0, f"pool exhausted at step {len(trace)}"
         if fifth in running:
             assert not running & first_four, "the fifth ran beside the first four"
     steps = scheduler.stats.steps
-    assert steps[0] == ("prefill", 4, sum(len(ids) for ids in prompts[:4])), \
+    assert steps[0] == ("prefill", 4, sum(len(ids) for ids in prompts[:4])), (
         "the first four are admitted together in the first prefill"
+    )
     assert trace[0] == (first_four, [fifth])
     fifth_prefill = next(i for i, (phase, _, _) in enumerate(steps) if i and phase == "prefill")
     assert steps[fifth_prefill] == ("prefill", 1, len(prompts[4]))
@@ -527,6 +561,26 @@ def test_admission_with_a_64_token_pool_runs_four_short_prompts_and_queues_the_f
     assert all(waiting == [fifth] for _, waiting in trace[:fifth_prefill])
     assert all(len(t) == max_tokens for t in tokens.values())
     assert scheduler.cache_manager.num_free_pages == num_pages
+    scheduler.cache_manager.check_integrity()
+
+
+def test_a_request_whose_worst_case_fills_the_whole_pool_slack_page_included_runs():
+    """prompt + max_tokens + one page of slack == every slot of the pool: the request fits
+    (the check is <=, not <), so it is admitted and runs to the end; with a strict check it
+    would wait forever for room that can never appear."""
+    page_size, num_pages = 4, 8  # 32 slots
+    scheduler = scheduler_for(QWEN3, page_size=page_size, num_pages=num_pages, max_running_req=2)
+    ids = load_tokenizer(QWEN3).encode(ADMISSION_PROMPTS[0])
+    max_tokens = page_size * num_pages - page_size - len(ids)
+    uid = scheduler.add_request(ids, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
+    tokens = []
+    while scheduler.has_work:
+        assert len(tokens) < MAX_STEPS, "the scheduler never finished"
+        tokens += [out.token for out in scheduler.step() if out.uid == uid]
+        assert scheduler.stats.prefill_steps == 1, (
+            "a request whose worst case fills the pool exactly must be admitted at once"
+        )
+    assert tokens == hf_greedy_cached(QWEN3, ids, max_tokens)
     scheduler.cache_manager.check_integrity()
 
 
@@ -547,18 +601,23 @@ def test_scheduler_shares_and_evicts_prefixes_through_any_prefix_cache():
     ]
     computed_before = 0
     for prompts in rounds:
-        uids = [scheduler.add_request(ids, SamplingParams(max_tokens=6, ignore_eos=True))
-                for ids in prompts]
+        uids = [
+            scheduler.add_request(ids, SamplingParams(max_tokens=6, ignore_eos=True))
+            for ids in prompts
+        ]
         tokens = run(scheduler)
         for uid, ids in zip(uids, prompts):
             assert tokens[uid] == hf_greedy_cached(QWEN3, ids, 6)
-        assert scheduler.cache_manager.num_free_pages * page_size + \
-            cache.size_info.total_size == num_pages * page_size
+        assert (
+            scheduler.cache_manager.num_free_pages * page_size + cache.size_info.total_size
+            == num_pages * page_size
+        )
         if prompts is rounds[1]:  # both start with `base`, whose whole pages are cached
             computed = scheduler.stats.computed_prompt_tokens - computed_before
             reused = (len(base) - 1) // page_size * page_size
-            assert computed <= sum(len(ids) - reused for ids in prompts), \
+            assert computed <= sum(len(ids) - reused for ids in prompts), (
                 "the second round must reuse the cached prefix"
+            )
         computed_before = scheduler.stats.computed_prompt_tokens
     assert cache.evicted_tokens > 0, "the third round does not fit without eviction"
 
@@ -570,3 +629,33 @@ def test_a_request_may_grow_to_max_seq_len_when_the_page_size_does_not_divide_it
     uid = scheduler.add_request(ids, SamplingParams(max_tokens=10, ignore_eos=True))  # 100
     tokens = run(scheduler)
     assert tokens[uid] == hf_greedy_cached(QWEN3, ids, 10)
+
+
+def test_check_integrity_catches_a_free_list_entry_that_is_not_a_page_start():
+    cm = cache_manager(page_size=4, num_pages=8)
+    cm.check_integrity()
+    cm.free_slots[0] += 1  # as many distinct entries as free pages, but one inside a page
+    assert_integrity_fails(cm)
+
+
+def test_check_integrity_also_checks_the_prefix_cache():
+    """The page counts still add up, but the prefix cache's own structure is broken: a
+    cached page whose preceding page is not cached."""
+    cache = PagePrefixCache(page_size=4)
+    cm = cache_manager(page_size=4, num_pages=8, prefix_cache=cache)
+    req = make_req(list(range(100, 108)), row=0)
+    prefill(cm, req)
+    cm.cache_req(req, finished=True)  # pages [100..103] and [100..107] are cached
+    cm.check_integrity()
+    cache.pages[(1, 2, 3, 4)] = cache.pages.pop(tuple(range(100, 104)))
+    assert_integrity_fails(cm)
+
+
+def test_admission_waits_for_a_free_table_row():
+    cm = cache_manager(page_size=1, num_pages=64)
+    table = TableManager(1, cm.page_table)
+    adder = adder_for(cm, table)
+    assert adder.try_add_one(pending(0, 4, 4)) is not None
+    reserved = adder.reserved_size
+    assert adder.try_add_one(pending(1, 4, 4)) is None, "no table row is free: it must wait"
+    assert adder.reserved_size == reserved, "a request that waits reserves nothing"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import TINY_MODELS, greedy, hf_greedy_cached, llm_fixture, load_tokenizer
+from conftest import TINY_MODELS, greedy, guarded_llm, hf_greedy_cached, llm_fixture, load_tokenizer
 
 from minisgl.kvcache.radix_cache import RadixPrefixCache
 from minisgl.llm import LLM
@@ -205,8 +205,9 @@ def test_with_page_size_4_only_whole_pages_are_cached_and_matched():
     shared, handle = cache.insert_prefix(diverging, slots(60, 10))
     assert (shared, handle.cached_len) == (4, 8)
     for node in cache._nodes():
-        assert len(node.key) % 4 == 0 and len(node.value) == len(node.key), \
+        assert len(node.key) % 4 == 0 and len(node.value) == len(node.key), (
             "every node holds whole pages"
+        )
     assert sizes(cache) == (12, 0)
     freed = cache.evict(4)
     assert len(freed) == 4 and int(freed[0]) % 4 == 0, "a page is evicted whole"
@@ -217,8 +218,18 @@ def test_with_page_size_4_only_whole_pages_are_cached_and_matched():
 
 
 def config(page_size: int = 1, **overrides) -> dict:
-    return dict(cache_type="radix", enable_overlap=False, device="cpu", show_progress=False,
-                page_size=page_size, num_pages=2048 // page_size, max_running_req=8) | overrides
+    return (
+        dict(
+            cache_type="radix",
+            enable_overlap=False,
+            device="cpu",
+            show_progress=False,
+            page_size=page_size,
+            num_pages=2048 // page_size,
+            max_running_req=8,
+        )
+        | overrides
+    )
 
 
 def generate(llm: LLM, prompts: list[list[int]], params) -> list[dict]:
@@ -229,11 +240,11 @@ def generate(llm: LLM, prompts: list[list[int]], params) -> list[dict]:
     scheduler.cache_manager.check_integrity()
     cached = scheduler.cache_manager.prefix_cache.size_info
     assert cached.protected_size == 0, "a finished request still locks its prefix"
-    assert scheduler.cache_manager.num_free_pages * scheduler.config.page_size + \
-        cached.total_size == scheduler.cache_manager.num_pages * scheduler.config.page_size
+    assert (
+        scheduler.cache_manager.num_free_pages * scheduler.config.page_size + cached.total_size
+        == scheduler.cache_manager.num_pages * scheduler.config.page_size
+    )
     return outputs
-
-
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -247,9 +258,14 @@ SYSTEM_PROMPT = (
     "You are the helpful assistant of a small bakery in the old town. You answer questions "
     "about opening hours, bread, cakes, pastries and prices politely and briefly, you suggest "
     "something from the menu when a customer is unsure, and you never invent products that are "
-    "not on the menu. ")
-QUESTIONS = ["Question: When do you open?", "Question: Do you sell rye bread?",
-             "Question: How much is a croissant?", "Question: Can I order a birthday cake?"]
+    "not on the menu. "
+)
+QUESTIONS = [
+    "Question: When do you open?",
+    "Question: Do you sell rye bread?",
+    "Question: How much is a croissant?",
+    "Question: Can I order a birthday cake?",
+]
 
 
 @pytest.mark.slow  # SmolLM2 (30 layers) here and in transformers: ~4 s, 20 s on a busy machine
@@ -259,11 +275,12 @@ def test_a_shared_system_prompt_is_computed_once(smollm2_dir):
     system_len = len(tokenizer.encode(SYSTEM_PROMPT))
     assert system_len >= 50, "a long shared prefix"
     max_tokens = 3
-    with LLM(str(smollm2_dir), **config(max_running_req=4)) as llm:
+    with guarded_llm(smollm2_dir, **config(max_running_req=4)) as llm:
         stats = llm.scheduler.stats
         generate(llm, prompts[:1], greedy(max_tokens))
-        assert stats.computed_prompt_tokens == stats.prompt_tokens == len(prompts[0]), \
+        assert stats.computed_prompt_tokens == stats.prompt_tokens == len(prompts[0]), (
             "the first request finds nothing cached"
+        )
         first_seq = prompts[0]  # its prompt (and output) are in the cache now
         total_before, computed_before = stats.prompt_tokens, stats.computed_prompt_tokens
         outputs = generate(llm, prompts[1:], greedy(max_tokens))
@@ -272,7 +289,8 @@ def test_a_shared_system_prompt_is_computed_once(smollm2_dir):
     expected = sum(len(p) - common_prefix(p, first_seq) for p in prompts[1:])
     assert computed == expected, (
         f"prefill computed {computed} of {total} prompt tokens; only the {expected} tokens "
-        f"after the shared system prompt are new")
+        f"after the shared system prompt are new"
+    )
     assert computed < total - 2 * system_len
     for p, out in zip(prompts[1:], outputs):
         assert out["token_ids"] == hf_greedy_cached(smollm2_dir, p, max_tokens)
@@ -287,9 +305,12 @@ def test_two_requests_with_the_same_prefix_prefilled_together_leak_nothing(page_
     when the second is cached, its copy of the prefix must be freed, not leaked."""
     tokenizer = load_tokenizer(QWEN3)
     prefix = tokenizer.encode("Once upon a time, in a small village by the sea, there lived")
-    prompts = [prefix + tokenizer.encode(" an old fisherman"), prefix + tokenizer.encode(" a cat"),
-               prefix + tokenizer.encode(" a cat")]  # the last two are the same prompt
-    llm = LLM(str(QWEN3), **config(page_size))
+    prompts = [
+        prefix + tokenizer.encode(" an old fisherman"),
+        prefix + tokenizer.encode(" a cat"),
+        prefix + tokenizer.encode(" a cat"),
+    ]  # the last two are the same prompt
+    llm = guarded_llm(QWEN3, **config(page_size))
     outputs = generate(llm, prompts, [greedy(4), greedy(7), greedy(2)])
     steps = llm.scheduler.stats.steps
     assert steps[0] == ("prefill", 3, sum(len(p) for p in prompts)), "prefilled at once"
@@ -304,11 +325,13 @@ def test_two_requests_with_the_same_prefix_prefilled_together_leak_nothing(page_
     assert reused >= (len(prefix) - 1) // page_size * page_size
 
 
-MIXED = ["The capital of France is",
-         "The capital of France is Paris, and the capital of Italy is",
-         "def fibonacci(n):",
-         "def fibonacci(n):\n    if n < 2:\n        return n",
-         "Once upon a time, in a small village by the sea, there lived an old fisherman who"]
+MIXED = [
+    "The capital of France is",
+    "The capital of France is Paris, and the capital of Italy is",
+    "def fibonacci(n):",
+    "def fibonacci(n):\n    if n < 2:\n        return n",
+    "Once upon a time, in a small village by the sea, there lived an old fisherman who",
+]
 
 
 @pytest.mark.parametrize("page_size", [1, 16])
@@ -333,15 +356,17 @@ def test_greedy_matches_transformers_with_the_radix_cache(tiny_model_dir, page_s
 
 def test_a_full_pool_evicts_old_prefixes_and_outputs_stay_right():
     page_size, num_pages = 4, 20  # 80 slots: a few requests' worth
-    llm = LLM(str(QWEN3), **config(page_size, num_pages=num_pages, max_running_req=4))
+    llm = guarded_llm(QWEN3, **config(page_size, num_pages=num_pages, max_running_req=4))
     cache = llm.scheduler.cache_manager.prefix_cache
     evicted: list[int] = []
     evict = cache.evict
     cache.evict = lambda num_tokens: evicted.append(num_tokens) or evict(num_tokens)
     tokenizer = load_tokenizer(QWEN3)
     for i in range(4):
-        prompts = [tokenizer.encode(f"Story {i}: once upon a time there was a {animal} who")
-                   for animal in ("fox", "bear")]
+        prompts = [
+            tokenizer.encode(f"Story {i}: once upon a time there was a {animal} who")
+            for animal in ("fox", "bear")
+        ]
         outputs = generate(llm, prompts, greedy(8))
         for p, out in zip(prompts, outputs):
             assert out["token_ids"] == hf_greedy_cached(QWEN3, p, 8)

@@ -13,8 +13,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import (TINY_MODELS, encode, greedy, hf_greedy_cached, llm_fixture, load_tokenizer,
-                     run_until_idle)
+from conftest import (
+    TINY_MODELS,
+    encode,
+    greedy,
+    guarded_llm,
+    hf_greedy_cached,
+    llm_fixture,
+    load_tokenizer,
+    run_until_idle,
+)
 
 from minisgl.core import Req, SamplingParams
 from minisgl.kvcache import NaivePrefixCache
@@ -27,10 +35,12 @@ from minisgl.utils import div_ceil
 
 CPU = torch.device("cpu")
 QWEN3 = TINY_MODELS["qwen3"]
-PROMPTS = ["The capital of France is",
-           "def fibonacci(n):",
-           "Once upon a time, in a small village by the sea, there lived an old fisherman who",
-           "Hi"]
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a small village by the sea, there lived an old fisherman who",
+    "Hi",
+]
 LONG_TEXT = (
     "The history of bread goes back at least thirty thousand years. Early people ground wild "
     "grains between stones, mixed the flour with water and baked flat cakes on hot rocks. "
@@ -51,14 +61,23 @@ LONG_TEXT = (
     "days. Before baking, the loaf is scored with a sharp blade so that it can open in the "
     "oven, and it is baked hot, with steam for the first minutes, until the crust is deep "
     "brown and the bottom sounds hollow when tapped. Many bakers say that patience is the "
-    "most important ingredient, and that no two loaves are ever exactly the same.")
+    "most important ingredient, and that no two loaves are ever exactly the same."
+)
 
 
 def config(page_size: int = 1, **overrides) -> dict:
-    return dict(cache_type="naive", enable_overlap=False, device="cpu", show_progress=False,
-                page_size=page_size, num_pages=2048 // page_size, max_running_req=8) | overrides
-
-
+    return (
+        dict(
+            cache_type="naive",
+            enable_overlap=False,
+            device="cpu",
+            show_progress=False,
+            page_size=page_size,
+            num_pages=2048 // page_size,
+            max_running_req=8,
+        )
+        | overrides
+    )
 
 
 def generate(llm: LLM, prompts: list[list[int]], params) -> list[dict]:
@@ -69,10 +88,6 @@ def generate(llm: LLM, prompts: list[list[int]], params) -> list[dict]:
     return outputs
 
 
-
-
-
-
 llms = llm_fixture(config)
 
 
@@ -80,14 +95,21 @@ llms = llm_fixture(config)
 
 
 def test_a_chunk_samples_nothing_and_only_advances_cached_len():
-    chunk = ChunkedReq(torch.arange(100, 110, dtype=torch.int32), table_idx=0, cached_len=4,
-                       output_len=5, uid=0, sampling_params=SamplingParams())
+    chunk = ChunkedReq(
+        torch.arange(100, 110, dtype=torch.int32),
+        table_idx=0,
+        cached_len=4,
+        output_len=5,
+        uid=0,
+        sampling_params=SamplingParams(),
+    )
     assert isinstance(chunk, Req)
     assert not chunk.can_decode, "a chunk samples no token: it must not join the decode batch"
     assert chunk.extend_len == 6
     chunk.complete_one()
-    assert (chunk.cached_len, chunk.device_len) == (10, 10), \
+    assert (chunk.cached_len, chunk.device_len) == (10, 10), (
         "after its forward the chunk's tokens are cached and nothing new is known"
+    )
     assert chunk.extend_len == 0
 
 
@@ -99,26 +121,30 @@ def test_the_token_budget_cuts_a_prompt_into_chunks():
     short = PendingReq(0, torch.arange(3, dtype=torch.int32), params)
     long = PendingReq(1, torch.arange(100, 120, dtype=torch.int32), params)
 
-    adder = PrefillAdder(cache_manager, table, token_budget=10, reserved_tokens=0)
-    first = adder.try_add(short)
+    adder = PrefillAdder(cache_manager, table, token_budget=10, reserved_size=0)
+    first = adder.try_add_one(short)
     assert type(first) is Req and first.extend_len == 3, "a prompt within budget is whole"
     assert adder.token_budget == 7
-    chunk = adder.try_add(long)
+    chunk = adder.try_add_one(long)
     assert isinstance(chunk, ChunkedReq), "the rest of the budget takes a chunk"
     assert (chunk.cached_len, chunk.device_len) == (0, 7)
     assert chunk.input_ids.tolist() == list(range(100, 107))
     assert adder.token_budget == 0
-    assert adder.try_add(PendingReq(2, torch.arange(2, dtype=torch.int32), params)) is None, \
+    assert adder.try_add_one(PendingReq(2, torch.arange(2, dtype=torch.int32), params)) is None, (
         "an exhausted budget admits nothing more"
+    )
 
-    long.cached_len = chunk.device_len  # what the prefill manager records after a chunk
-    adder = PrefillAdder(cache_manager, table, token_budget=10, reserved_tokens=0)
-    chunk = adder.try_add(long)
-    assert isinstance(chunk, ChunkedReq) and (chunk.cached_len, chunk.device_len) == (7, 17)
-    assert chunk.table_idx == long.table_idx, "every chunk of a request uses its one row"
-    long.cached_len = chunk.device_len
-    adder = PrefillAdder(cache_manager, table, token_budget=10, reserved_tokens=0)
-    last = adder.try_add(long)
+    chunk.complete_one()  # its forward ran: the chunk's K/V are cached
+    long.chunked_req = chunk  # what the prefill manager records after a chunk
+    adder = PrefillAdder(cache_manager, table, token_budget=10, reserved_size=0)
+    second = adder.try_add_one(long)
+    assert isinstance(second, ChunkedReq) and (second.cached_len, second.device_len) == (7, 17)
+    assert second.table_idx == chunk.table_idx, "every chunk of a request uses its one row"
+    assert second.cache_handle is chunk.cache_handle, "and its one cache handle"
+    second.complete_one()
+    long.chunked_req = second
+    adder = PrefillAdder(cache_manager, table, token_budget=10, reserved_size=0)
+    last = adder.try_add_one(long)
     assert type(last) is Req, "the last chunk is a normal request: it samples the first token"
     assert (last.cached_len, last.device_len, last.max_device_len) == (17, 20, 24)
     assert adder.token_budget == 7
@@ -133,14 +159,14 @@ def test_a_300_token_prompt_is_prefilled_in_chunks_of_96(smollm2_dir):
     ids = load_tokenizer(smollm2_dir).encode(LONG_TEXT)
     assert len(ids) >= 300
     ids = ids[:300]
-    with LLM(str(smollm2_dir), **config(page_size=16, max_extend_tokens=budget)) as llm:
+    with guarded_llm(smollm2_dir, **config(page_size=16, max_extend_tokens=budget)) as llm:
         (out,) = generate(llm, [ids], greedy(max_tokens))
         stats = llm.scheduler.stats
     steps = stats.steps
     chunks = [tokens for phase, _, tokens in steps if phase == "prefill"]
     assert len(chunks) == div_ceil(len(ids), budget)
     assert chunks == [96, 96, 96, len(ids) - 3 * 96]
-    assert steps[len(chunks):] == [("decode", 1, 1)] * (max_tokens - 1)
+    assert steps[len(chunks) :] == [("decode", 1, 1)] * (max_tokens - 1)
     assert stats.computed_prompt_tokens == len(ids)
     assert out["token_ids"] == hf_greedy_cached(smollm2_dir, ids, max_tokens)
 
@@ -160,10 +186,12 @@ def test_decode_steps_interleave_between_the_chunks_of_a_long_prompt():
     chunk_steps = [i for i, (phase, _, _) in enumerate(records) if phase == "prefill"][1:]
     assert [records[i][2] for i in chunk_steps] == [16, 16, 16, 2]
     for a, b in zip(chunk_steps, chunk_steps[1:]):
-        assert any(records[i][0] == "decode" for i in range(a + 1, b)), \
+        assert any(records[i][0] == "decode" for i in range(a + 1, b)), (
             f"no decode step between the chunks at steps {a} and {b}: {records}"
-        assert short in {o.uid for i in range(a + 1, b) for o in steps[i]}, \
+        )
+        assert short in {o.uid for i in range(a + 1, b) for o in steps[i]}, (
             "the running request must keep decoding while the long prompt is chunked"
+        )
     # a chunk samples nothing: the long request's first token comes with its last chunk
     first_long = next(i for i, outs in enumerate(steps) if any(o.uid == long for o in outs))
     assert first_long == chunk_steps[-1]
@@ -190,16 +218,18 @@ def unchunked(llms):
 
     def get(model_dir: Path) -> list[dict]:
         if model_dir not in outputs:
-            outputs[model_dir] = generate(llms(model_dir), parity_prompts(model_dir),
-                                          [greedy(n) for n in PARITY_MAX_TOKENS])
+            outputs[model_dir] = generate(
+                llms(model_dir), parity_prompts(model_dir), [greedy(n) for n in PARITY_MAX_TOKENS]
+            )
         return outputs[model_dir]
 
     return get
 
 
 @pytest.mark.parametrize("budget, page_size", [(7, 1), (7, 16), (32, 16)])
-def test_chunked_prefill_matches_unchunked_and_transformers(tiny_model_dir, budget, page_size,
-                                                            llms, unchunked):
+def test_chunked_prefill_matches_unchunked_and_transformers(
+    tiny_model_dir, budget, page_size, llms, unchunked
+):
     prompts = parity_prompts(tiny_model_dir)
     params = [greedy(n) for n in PARITY_MAX_TOKENS]
     llm = llms(tiny_model_dir, page_size=page_size, max_extend_tokens=budget)
@@ -208,8 +238,9 @@ def test_chunked_prefill_matches_unchunked_and_transformers(tiny_model_dir, budg
     chunked = generate(llm, prompts, params)
     prefills = [tokens for phase, _, tokens in stats.steps[start:] if phase == "prefill"]
     assert max(prefills) <= budget, "a prefill step went over the token budget"
-    assert sum(prefills) == sum(map(len, prompts)) == stats.computed_prompt_tokens - computed, \
+    assert sum(prefills) == sum(map(len, prompts)) == stats.computed_prompt_tokens - computed, (
         "every prompt token is computed exactly once"
+    )
     assert len(prefills) >= div_ceil(sum(map(len, prompts)), budget)
     for ids, a, b in zip(prompts, chunked, unchunked(tiny_model_dir)):
         assert a["token_ids"] == b["token_ids"], "chunking changed the output"
@@ -219,7 +250,7 @@ def test_chunked_prefill_matches_unchunked_and_transformers(tiny_model_dir, budg
 @pytest.mark.parametrize("page_size", [1, 4])
 def test_chunks_start_after_a_prefix_found_in_the_radix_cache(page_size):
     budget = 5
-    llm = LLM(str(QWEN3), **config(page_size, cache_type="radix", max_extend_tokens=budget))
+    llm = guarded_llm(QWEN3, **config(page_size, cache_type="radix", max_extend_tokens=budget))
     tokenizer = load_tokenizer(QWEN3)
     base = tokenizer.encode(PROMPTS[2])
     generate(llm, [base], greedy(2))
@@ -240,8 +271,9 @@ def test_a_chunk_ending_inside_a_page_does_not_stall_a_request_that_fills_the_po
     admitted, since the rest of that page is already the request's (a reservation that counts
     it again never fits, and the scheduler spins forever)."""
     page_size, num_pages = 16, 4
-    scheduler = Scheduler(SchedulerConfig(str(QWEN3), **config(
-        page_size, num_pages=num_pages, max_extend_tokens=7)))
+    scheduler = Scheduler(
+        SchedulerConfig(str(QWEN3), **config(page_size, num_pages=num_pages, max_extend_tokens=7))
+    )
     ids = load_tokenizer(QWEN3).encode(LONG_TEXT)[:40]
     uid = scheduler.add_request(ids, greedy(8))
     steps = run_until_idle(scheduler, max_steps=50)

@@ -1,4 +1,4 @@
-"""Chapter 11 tests: overlap scheduling (Scheduler.overlap_step).
+"""Chapter 11 tests: overlap scheduling (Scheduler.overlap_loop).
 
 With overlap on, step N launches batch N+1 and only then processes the results of batch N, so
 a batch's tokens come back one step late. Its two hazards are tested directly: a request that
@@ -12,26 +12,36 @@ from __future__ import annotations
 
 
 import pytest
-from conftest import (TINY_MODELS, encode, greedy, hf_greedy_cached, llm_fixture, run_until_idle)
+from conftest import TINY_MODELS, encode, greedy, hf_greedy_cached, llm_fixture, run_until_idle
 
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
 from minisgl.scheduler import Scheduler, SchedulerConfig
 
 QWEN3 = TINY_MODELS["qwen3"]
-PROMPTS = ["The capital of France is",
-           "def fibonacci(n):",
-           "Once upon a time, in a small village by the sea, there lived an old fisherman who",
-           "Hi",
-           "The capital of France is Paris, and the capital of Italy is"]
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a small village by the sea, there lived an old fisherman who",
+    "Hi",
+    "The capital of France is Paris, and the capital of Italy is",
+]
 MAX_TOKENS = [9, 4, 12, 1, 6]
 
 
 def config(page_size: int = 1, **overrides) -> dict:
-    return dict(cache_type="naive", enable_overlap=True, device="cpu", show_progress=False,
-                page_size=page_size, num_pages=2048 // page_size, max_running_req=8) | overrides
-
-
+    return (
+        dict(
+            cache_type="naive",
+            enable_overlap=True,
+            device="cpu",
+            show_progress=False,
+            page_size=page_size,
+            num_pages=2048 // page_size,
+            max_running_req=8,
+        )
+        | overrides
+    )
 
 
 def generate(llm: LLM, prompts: list[list[int]], params) -> list[dict]:
@@ -40,13 +50,9 @@ def generate(llm: LLM, prompts: list[list[int]], params) -> list[dict]:
     scheduler = llm.scheduler
     assert not scheduler.has_work
     scheduler.cache_manager.check_integrity()
-    assert not scheduler.decode_manager.running
+    assert not scheduler.decode_manager.running_reqs
     assert scheduler.table_manager.available_size == scheduler.config.max_running_req
     return outputs
-
-
-
-
 
 
 llms = llm_fixture(config)
@@ -90,11 +96,15 @@ def test_with_overlap_a_batch_results_arrive_one_step_later():
     uid = scheduler.add_request(ids, greedy(3))
     steps = run_until_idle(scheduler)
     assert steps[0] == [], "the first step launches the prefill; its token comes next step"
-    assert [[(o.uid, o.finished) for o in outs] for outs in steps[1:]] == \
-        [[(uid, False)], [(uid, False)], [(uid, True)]]
+    assert [[(o.uid, o.finished) for o in outs] for outs in steps[1:]] == [
+        [(uid, False)],
+        [(uid, False)],
+        [(uid, True)],
+    ]
     assert [o.token for outs in steps for o in outs] == hf_greedy_cached(QWEN3, ids, 3)
-    assert [phase for phase, _, _ in scheduler.stats.steps] == ["prefill", "decode", "decode"], \
+    assert [phase for phase, _, _ in scheduler.stats.steps] == ["prefill", "decode", "decode"], (
         "no batch is launched past max_tokens"
+    )
 
 
 @pytest.mark.parametrize("setup", ["page1-naive", "page16-radix"])
@@ -108,14 +118,16 @@ def test_with_overlap_requests_get_exactly_max_tokens(setup, llms):
         assert out["token_ids"] == hf_greedy_cached(QWEN3, p, n), f"max_tokens={n}"
         assert out["finish_reason"] == "length"
     sizes = [(phase, size) for phase, size, _ in stats.steps[start:]]
-    assert sizes == [("prefill", 3), ("decode", 2), ("decode", 1)], \
+    assert sizes == [("prefill", 3), ("decode", 2), ("decode", 1)], (
         "a request that reached max_tokens is in no further batch"
+    )
 
 
 @pytest.mark.parametrize("setup", ["page1-naive", "page16-radix"])
 @pytest.mark.parametrize("eos_at", [0, 2])
 def test_with_overlap_a_request_stopped_by_eos_drops_its_extra_token_and_is_freed_once(
-        setup, eos_at, llms, monkeypatch):
+    setup, eos_at, llms, monkeypatch
+):
     """Make a token of the greedy continuation an EOS token. The request that samples it in
     batch N is already in batch N+1 (its ledger could not know); that batch's token for it
     must be dropped, and its pages freed once (a double free fails the integrity check)."""
@@ -127,18 +139,56 @@ def test_with_overlap_a_request_stopped_by_eos_drops_its_extra_token_and_is_free
     assert expected[stop] not in hf_greedy_cached(QWEN3, running, 10)
     stats = llm.scheduler.stats
     start = len(stats.steps)
-    stopped, other = generate(llm, [stopping, running],
-                              [SamplingParams(max_tokens=10), SamplingParams(max_tokens=10)])
+    stopped, other = generate(
+        llm, [stopping, running], [SamplingParams(max_tokens=10), SamplingParams(max_tokens=10)]
+    )
     assert stopped["token_ids"] == expected[: stop + 1], "tokens after EOS must be dropped"
     assert stopped["finish_reason"] == "stop"
     assert other["token_ids"] == hf_greedy_cached(QWEN3, running, 10)
     assert other["finish_reason"] == "length"
     decode_sizes = [size for phase, size, _ in stats.steps[start:] if phase == "decode"]
-    assert decode_sizes.count(2) == stop + 1, \
+    assert decode_sizes.count(2) == stop + 1, (
         "the stopped request rode along in one batch after the one that sampled its EOS"
+    )
 
 
 # --- switching it on and off -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("setup", ["page1-naive", "page16-radix"])
+def test_with_overlap_an_aborted_request_is_freed_once_no_launched_batch_uses_it(setup):
+    scheduler = Scheduler(SchedulerConfig(str(QWEN3), **config(**SETUPS[setup])))
+    kept, aborted = encode(QWEN3, PROMPTS[:2])
+    uids = [scheduler.add_request(ids, greedy(8)) for ids in (kept, aborted)]
+    scheduler.step()  # launches the prefill
+    scheduler.step()  # launches a decode, then processes the prefill
+    rows = scheduler.table_manager.available_size
+    assert scheduler.abort_request(uids[1])
+    assert scheduler.table_manager.available_size == rows, (
+        "the aborted request's row is freed too early: the batch in flight still uses it"
+    )
+    outputs = scheduler.step()  # processes that batch: the aborted request's token is dropped
+    assert scheduler.table_manager.available_size == rows + 1, (
+        "once no launched batch uses it, the aborted request's row is free"
+    )
+    steps = [outputs] + run_until_idle(scheduler)
+    assert uids[1] not in {out.uid for outs in steps for out in outs}, (
+        "an aborted request produced a token"
+    )
+    assert [out.token for outs in steps for out in outs] == hf_greedy_cached(QWEN3, kept, 8)[1:]
+
+
+def test_with_overlap_aborting_a_prompt_whose_chunk_is_in_flight_leaks_nothing():
+    scheduler = Scheduler(SchedulerConfig(str(QWEN3), **config(**SETUPS["page1-radix-chunk7"])))
+    long_prompt = encode(QWEN3, PROMPTS[2:3])[0]
+    assert len(long_prompt) > 7
+    uid = scheduler.add_request(long_prompt, greedy(4))
+    scheduler.step()  # launches the first chunk
+    assert scheduler.abort_request(uid)
+    assert not scheduler.prefill_manager.pending_list
+    steps = run_until_idle(scheduler)  # the integrity check finds no leaked page or lock
+    assert not [out for outs in steps for out in outs]
+    assert scheduler.table_manager.available_size == scheduler.config.max_running_req
 
 
 def test_overlap_is_on_by_default_and_minisgl_disable_overlap_turns_it_off(monkeypatch):

@@ -22,20 +22,31 @@ from conftest import ROOT, TINY_MODELS
 import minisgl
 from minisgl.core import SamplingParams
 from minisgl.engine import Engine, EngineConfig
-from minisgl.utils import (InvalidRequestError, MinisglError, ModelNotFoundError,
-                           RequestTooLongError, UnsupportedModelError, exit_on_error)
+from minisgl.utils import (
+    InvalidRequestError,
+    MinisglError,
+    ModelNotFoundError,
+    RequestTooLongError,
+    UnsupportedModelError,
+    exit_on_error,
+)
 from stage1_milestone import generate_hand_batched
 
 TREE = Path(minisgl.__file__).resolve().parent.parent  # the tree under test
-ENGINE_EXAMPLES = ["stage1_milestone.py", "ch04_kvcache.py", "ch05_attention.py",
-                   "ch06_engine.py"]
+ENGINE_EXAMPLES = ["stage1_milestone.py", "ch04_kvcache.py", "ch05_attention.py", "ch06_engine.py"]
 SUPPORTED = ["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"]
 
 
 def run_example(name: str, model_dir: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(TREE), "MINISGL_MODEL": str(model_dir)}
-    return subprocess.run([sys.executable, str(ROOT / "examples" / name)], env=env,
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "examples" / name)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
 
 
 def assert_one_error_line(result: subprocess.CompletedProcess[str]) -> str:
@@ -62,7 +73,8 @@ def edited_copy(src: Path, dest: Path, **changes) -> Path:
 @pytest.mark.slow  # a fresh interpreter per example (imports torch and transformers)
 @pytest.mark.parametrize("example", ENGINE_EXAMPLES)
 def test_example_with_a_missing_model_dir_names_the_path_and_the_provision_command(
-        example, tmp_path):
+    example, tmp_path
+):
     missing = tmp_path / "no-such-model"
     line = assert_one_error_line(run_example(example, missing))
     assert str(missing) in line
@@ -105,8 +117,13 @@ def test_dir_without_config_json_is_named(tmp_path):
 
 
 def test_unknown_attention_backend_lists_the_available_ones():
-    config = EngineConfig(str(TINY_MODELS["llama"]), attention_backend="flashinfer-typo",
-                          num_pages=16, device="cpu", show_progress=False)
+    config = EngineConfig(
+        str(TINY_MODELS["llama"]),
+        attention_backend="flashinfer-typo",
+        num_pages=16,
+        device="cpu",
+        show_progress=False,
+    )
     with pytest.raises(UnsupportedModelError, match="flashinfer-typo") as error:
         Engine(config)
     assert "torch" in str(error.value)
@@ -115,8 +132,15 @@ def test_unknown_attention_backend_lists_the_available_ones():
 @pytest.fixture(scope="module")
 def small_engine() -> Engine:
     """A tiny model with a 40-slot pool."""
-    return Engine(EngineConfig(str(TINY_MODELS["llama"]), num_pages=40, max_running_req=4,
-                               device="cpu", show_progress=False))
+    return Engine(
+        EngineConfig(
+            str(TINY_MODELS["llama"]),
+            num_pages=40,
+            max_running_req=4,
+            device="cpu",
+            show_progress=False,
+        )
+    )
 
 
 def test_prompt_longer_than_the_pool_is_one_clear_line_and_exit_status_1(small_engine, capsys):
@@ -161,8 +185,12 @@ def test_exit_on_error_lets_a_bug_surface_with_its_traceback():
 
 def test_every_user_error_is_a_minisgl_error_and_keeps_its_builtin_type():
     """Callers may catch the builtin type (FileNotFoundError, ValueError) or MinisglError."""
-    for error in (ModelNotFoundError, UnsupportedModelError, InvalidRequestError,
-                  RequestTooLongError):
+    for error in (
+        ModelNotFoundError,
+        UnsupportedModelError,
+        InvalidRequestError,
+        RequestTooLongError,
+    ):
         assert issubclass(error, MinisglError)
     assert issubclass(ModelNotFoundError, FileNotFoundError)
     assert issubclass(UnsupportedModelError, ValueError)

@@ -21,8 +21,9 @@ JUDGE = ROOT / "practice" / "judge.py"
 sys.path.insert(0, str(JUDGE.parent))
 
 import judge  # noqa: E402  (practice/ is not a package)
+from course.problems import parse_problem  # noqa: E402  (judge put tools/ on the path)
 
-BROWSER_BUDGET_S = 3.0  # DESIGN §7: a pure-Python problem is graded in well under this
+BROWSER_BUDGET_S = 3.0  # a pure-Python problem is graded in well under this (docs/maintainers.md)
 
 PROBLEM_MD = """\
 ---
@@ -61,10 +62,16 @@ def test_negative():
 """
 
 
-def write_problem(root: Path, slug: str = "double_it", number: int = 1, chapter: int = 0,
-                  env: str = "browser", solution: str = "def double(x):\n    return 2 * x\n",
-                  starter: str = "def double(x):\n    raise NotImplementedError('double it')\n",
-                  test: str = TEST_PY) -> Path:
+def write_problem(
+    root: Path,
+    slug: str = "double_it",
+    number: int = 1,
+    chapter: int = 0,
+    env: str = "browser",
+    solution: str = "def double(x):\n    return 2 * x\n",
+    starter: str = "def double(x):\n    raise NotImplementedError('double it')\n",
+    test: str = TEST_PY,
+) -> Path:
     folder = root / slug
     folder.mkdir(parents=True)
     (folder / "problem.md").write_text(PROBLEM_MD.format(number=number, chapter=chapter, env=env))
@@ -74,11 +81,17 @@ def write_problem(root: Path, slug: str = "double_it", number: int = 1, chapter:
     return folder
 
 
-def run_judge(*args: str, env: dict[str, str] | None = None,
-              timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(JUDGE), *args], capture_output=True, text=True,
-                          env={**os.environ, "COLUMNS": "200", **(env or {})}, timeout=timeout,
-                          cwd=ROOT)
+def run_judge(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(JUDGE), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+        timeout=timeout,
+        cwd=ROOT,
+    )
 
 
 @pytest.fixture
@@ -98,8 +111,14 @@ def workspace(tmp_path: Path) -> Path:
 
 def test_load_problems_reads_the_front_matter(problems: Path) -> None:
     [problem] = judge.load_problems(problems)
-    assert (problem.number, problem.slug, problem.title, problem.chapter, problem.difficulty,
-            problem.env) == (1, "double_it", "Double it", 0, "easy", "browser")
+    assert (
+        problem.number,
+        problem.slug,
+        problem.title,
+        problem.chapter,
+        problem.difficulty,
+        problem.env,
+    ) == (1, "double_it", "Double it", 0, "easy", "browser")
     assert "Write `double(x)`" in problem.statement
     assert "Hint" not in problem.statement and "Explanation" not in problem.statement
     assert problem.hint == "Multiply by two."
@@ -113,17 +132,20 @@ def test_the_real_problems_load_and_are_numbered_by_chapter() -> None:
         assert problem.number // 10 == problem.chapter
 
 
-@pytest.mark.parametrize("change, message", [
-    ("difficulty: easy", "difficulty"),
-    ("env: browser", "env"),
-    ("chapter: 0", "chapter"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ("difficulty: easy", "difficulty"),
+        ("env: browser", "env"),
+        ("chapter: 0", "chapter"),
+    ],
+)
 def test_invalid_front_matter_is_reported(tmp_path: Path, change: str, message: str) -> None:
     folder = write_problem(tmp_path)
     md = folder / "problem.md"
     md.write_text(md.read_text().replace(change, change.split(":")[0] + ": 99"))
     with pytest.raises(judge.ProblemError, match=message):
-        judge.parse_problem(folder)
+        parse_problem(folder, judge.course_chapters())
 
 
 def test_duplicate_numbers_are_refused(tmp_path: Path) -> None:
@@ -146,8 +168,9 @@ def test_start_copies_the_starter_and_shows_the_statement(problems: Path, worksp
     assert str(target) in done.stdout.replace("\n", "")
 
 
-def test_start_never_overwrites_without_force_and_backs_up_with_it(problems: Path,
-                                                                  workspace: Path) -> None:
+def test_start_never_overwrites_without_force_and_backs_up_with_it(
+    problems: Path, workspace: Path
+) -> None:
     args = ("--problems", str(problems), "--workspace", str(workspace))
     run_judge("start", "1", *args)
     target = workspace / "001_double_it.py"
@@ -155,20 +178,21 @@ def test_start_never_overwrites_without_force_and_backs_up_with_it(problems: Pat
     done = run_judge("start", "1", *args)
     assert done.returncode == 0
     assert "my work" in target.read_text(), "start without --force overwrote the student's file"
-    assert not list(workspace.glob("*.bak"))
+    assert not list(workspace.glob("*.bak*"))
 
     done = run_judge("start", "1", "--force", *args)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "NotImplementedError" in target.read_text(), "--force must restore the starter"
-    [backup] = workspace.glob("001_double_it.py.*.bak")
+    [backup] = workspace.glob("001_double_it.py.bak-*")
     assert "my work" in backup.read_text()
 
 
 # --- test --------------------------------------------------------------------------------------
 
 
-def test_a_correct_file_passes_shows_the_explanation_and_is_recorded(problems: Path,
-                                                                    workspace: Path) -> None:
+def test_a_correct_file_passes_shows_the_explanation_and_is_recorded(
+    problems: Path, workspace: Path
+) -> None:
     args = ("--problems", str(problems), "--workspace", str(workspace))
     run_judge("start", "1", *args)
     (workspace / "001_double_it.py").write_text("def double(x):\n    return x + x\n")
@@ -183,12 +207,14 @@ def test_a_correct_file_passes_shows_the_explanation_and_is_recorded(problems: P
     assert status.returncode == 0 and "1" in status.stdout
 
 
-def test_a_failing_file_shows_the_first_failure_and_the_hint(problems: Path, workspace: Path,
-                                                             tmp_path: Path) -> None:
+def test_a_failing_file_shows_the_first_failure_and_the_hint(
+    problems: Path, workspace: Path, tmp_path: Path
+) -> None:
     wrong = tmp_path / "wrong.py"
     wrong.write_text("def double(x):\n    return x * x\n")
-    done = run_judge("test", "1", str(wrong), "--problems", str(problems),
-                     "--workspace", str(workspace))
+    done = run_judge(
+        "test", "1", str(wrong), "--problems", str(problems), "--workspace", str(workspace)
+    )
     assert done.returncode == 1
     assert "double(3): expected 6, got 9" in done.stdout, done.stdout
     assert "Multiply by two." in done.stdout
@@ -207,30 +233,33 @@ def test_samples_run_only_the_examples(problems: Path, workspace: Path, tmp_path
     assert run_judge("test", "1", str(half), *args).returncode == 1
 
 
-def test_a_syntax_error_is_one_clear_line(problems: Path, workspace: Path,
-                                          tmp_path: Path) -> None:
+def test_a_syntax_error_is_one_clear_line(problems: Path, workspace: Path, tmp_path: Path) -> None:
     broken = tmp_path / "broken.py"
     broken.write_text("def double(x):\n    y = 2 *\n    return y\n")
-    done = run_judge("test", "1", str(broken), "--problems", str(problems),
-                     "--workspace", str(workspace))
+    done = run_judge(
+        "test", "1", str(broken), "--problems", str(problems), "--workspace", str(workspace)
+    )
     assert done.returncode == 1
     assert f"{broken}:2: invalid syntax" in done.stdout.replace("\n", ""), done.stdout
     assert "Traceback" not in done.stdout + done.stderr
 
 
-def test_an_import_error_names_the_missing_name(problems: Path, workspace: Path,
-                                                tmp_path: Path) -> None:
+def test_an_import_error_names_the_missing_name(
+    problems: Path, workspace: Path, tmp_path: Path
+) -> None:
     misnamed = tmp_path / "misnamed.py"
     misnamed.write_text("def twice(x):\n    return 2 * x\n")
-    done = run_judge("test", "1", str(misnamed), "--problems", str(problems),
-                     "--workspace", str(workspace))
+    done = run_judge(
+        "test", "1", str(misnamed), "--problems", str(problems), "--workspace", str(workspace)
+    )
     assert done.returncode == 1
     assert "cannot import name 'double'" in done.stdout.replace("\n", ""), done.stdout
 
 
 @pytest.mark.parametrize("how", ["flag", "env"])
-def test_an_infinite_loop_is_stopped_and_fails(problems: Path, workspace: Path, tmp_path: Path,
-                                               how: str) -> None:
+def test_an_infinite_loop_is_stopped_and_fails(
+    problems: Path, workspace: Path, tmp_path: Path, how: str
+) -> None:
     looping = tmp_path / "looping.py"
     looping.write_text("def double(x):\n    while True:\n        pass\n")
     args = ["test", "1", str(looping), "--problems", str(problems), "--workspace", str(workspace)]
@@ -248,15 +277,21 @@ def test_an_infinite_loop_is_stopped_and_fails(problems: Path, workspace: Path, 
 def test_a_browser_problem_is_graded_within_budget(workspace: Path) -> None:
     """A real pure-Python problem, from the command line to the verdict."""
     problem = next(p for p in judge.load_problems() if p.env == "browser")
-    args = ("test", str(problem.number), str(problem.path / "solution.py"),
-            "--workspace", str(workspace))
+    args = (
+        "test",
+        str(problem.number),
+        str(problem.path / "solution.py"),
+        "--workspace",
+        str(workspace),
+    )
     run_judge(*args)  # warms the OS file cache, as any student's earlier run did
     started = time.monotonic()
     done = run_judge(*args)
     elapsed = time.monotonic() - started
     assert done.returncode == 0, done.stdout + done.stderr
-    assert elapsed < BROWSER_BUDGET_S, (f"judge.py test {problem.number} took {elapsed:.2f} s; "
-                                        f"the budget is {BROWSER_BUDGET_S} s")
+    assert elapsed < BROWSER_BUDGET_S, (
+        f"judge.py test {problem.number} took {elapsed:.2f} s; the budget is {BROWSER_BUDGET_S} s"
+    )
 
 
 # --- check -------------------------------------------------------------------------------------
@@ -271,31 +306,39 @@ def test_check_passes_on_real_browser_problems() -> None:
 
 def test_check_fails_a_broken_problem_and_too_few_per_chapter(tmp_path: Path) -> None:
     write_problem(tmp_path, slug="good", number=1)
-    write_problem(tmp_path, slug="passing_starter", number=2,
-                  starter="def double(x):\n    return 2 * x\n")
-    write_problem(tmp_path, slug="failing_solution", number=3,
-                  solution="def double(x):\n    return 3 * x\n")
-    write_problem(tmp_path, slug="no_samples", number=4,
-                  test=TEST_PY.replace("test_example_three", "test_three"))
-    done = run_judge("check", "--problems", str(tmp_path), "--require-chapters", "0-1")
+    write_problem(
+        tmp_path, slug="passing_starter", number=2, starter="def double(x):\n    return 2 * x\n"
+    )
+    write_problem(
+        tmp_path, slug="failing_solution", number=3, solution="def double(x):\n    return 3 * x\n"
+    )
+    write_problem(
+        tmp_path,
+        slug="no_samples",
+        number=4,
+        test=TEST_PY.replace("test_example_three", "test_three"),
+    )
+    done = run_judge("check", "--problems", str(tmp_path), "--chapters", "0,1")
     out = done.stdout.replace("\n", " ")
     assert done.returncode == 1
-    assert "the starter passes every test" in out
+    assert "tests that pass on the starter: test_example_three, test_negative" in out
     assert "the solution fails" in out
     assert "no sample test" in out
     assert "chapter 1 has 0 problems" in out
     assert "1/4 problems ok" in out
 
 
-def test_check_enforces_three_problems_per_chapter_found(tmp_path: Path) -> None:
+def test_check_enforces_three_problems_per_chapter(tmp_path: Path) -> None:
     write_problem(tmp_path, slug="one", number=11, chapter=1)
     write_problem(tmp_path, slug="two", number=12, chapter=1)
-    done = run_judge("check", "--problems", str(tmp_path))
+    done = run_judge("check", "--problems", str(tmp_path), "--chapters", "1")
     assert done.returncode == 1
     assert "chapter 1 has 2 problems" in done.stdout.replace("\n", " ")
     write_problem(tmp_path, slug="three", number=13, chapter=1)
-    done = run_judge("check", "--problems", str(tmp_path))
+    done = run_judge("check", "--problems", str(tmp_path), "--chapters", "1")
     assert done.returncode == 0, done.stdout
+    done = run_judge("check", "--problems", str(tmp_path))  # every chapter of the course
+    assert done.returncode == 1 and "chapter 0 has 0 problems" in done.stdout.replace("\n", " ")
 
 
 def test_list_and_solution(problems: Path, workspace: Path) -> None:

@@ -6,20 +6,41 @@ strict build does.
 
 from __future__ import annotations
 
+import ast
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10
+    import tomli as tomllib
+
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTER_PAGES = sorted((ROOT / "docs" / "chapters").glob("ch*.md"))
-ANATOMY = ["Self-test", "Files you will write", "Files so far", "This step's main",
-           "What it prints", "Reading the output", "Where it lives upstream", "Tests",
-           "How to explain it", "Exercises", "Summary", "Practice problems"]
+STAGE_PAGES = sorted((ROOT / "docs" / "stages").glob("*.md"))
+OUTPUTS = ROOT / "docs" / "_outputs"
+ANATOMY = [
+    "Self-test",
+    "Files you will write",
+    "Files so far",
+    "This step's main",
+    "What it prints",
+    "Reading the output",
+    "Where it lives upstream",
+    "Tests",
+    "How to explain it",
+    "Exercises",
+    "Summary",
+    "Practice problems",
+]
 MIN_PROSE_WORDS = 1200
 FENCE = re.compile(r"^(```|~~~).*?^\1\s*$", re.MULTILINE | re.DOTALL)
 
@@ -27,16 +48,35 @@ FENCE = re.compile(r"^(```|~~~).*?^\1\s*$", re.MULTILINE | re.DOTALL)
 def prose_words(markdown: str) -> int:
     """Words outside fenced blocks, directive lines and admonition/collapsible markers."""
     text = FENCE.sub("", markdown)
-    lines = [line for line in text.splitlines()
-             if not line.startswith("::") and not re.match(r"\s*(\?\?\?|!!!)", line)]
+    lines = [
+        line
+        for line in text.splitlines()
+        if not line.startswith("::") and not re.match(r"\s*(\?\?\?|!!!)", line)
+    ]
     return len(re.findall(r"[A-Za-z][\w'-]*", "\n".join(lines)))
 
 
 def build_site(root: Path, out: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "MINISGL_DOCS_DRAFT"}
-    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q",
-                           "-f", str(root / "mkdocs.yml"), "-d", str(out)],
-                          capture_output=True, text=True, cwd=root, env=env, timeout=300)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "-q",
+            "-f",
+            str(root / "mkdocs.yml"),
+            "-d",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env=env,
+        timeout=300,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +115,45 @@ def test_no_code_or_output_typed_by_hand(page: Path) -> None:
     """Code listings and outputs come from directives; only shell commands may be typed."""
     for match in FENCE.finditer(page.read_text()):
         fence = match.group(0).splitlines()[0].strip()
-        diagram = fence == "```text" and page.name == "architecture.md"
-        assert fence == "```bash" or diagram, f"{page.relative_to(ROOT)} has a hand-typed block: {fence}"
+        diagram = fence == "```mermaid" or (fence == "```text" and page.name == "architecture.md")
+        assert fence == "```bash" or diagram, (
+            f"{page.relative_to(ROOT)} has a hand-typed block: {fence}"
+        )
+
+
+@pytest.mark.parametrize("page", CHAPTER_PAGES + STAGE_PAGES, ids=lambda p: p.stem)
+def test_every_chapter_and_stage_page_has_a_figure(page: Path) -> None:
+    markdown = page.read_text()
+    assert re.search(r"^::figure |^```mermaid$", markdown, re.MULTILINE), (
+        f"{page.relative_to(ROOT)} has no figure (::figure of a captured run, or mermaid)"
+    )
+
+
+def test_admission_figure_reads_each_requests_phase_off_the_trace() -> None:
+    sys.path.insert(0, str(ROOT / "docs" / "hooks"))
+    import figures
+
+    trace = [
+        {"running": [0], "waiting": [1]},  # 0 prefilled, 1 waits
+        {"running": [0], "waiting": [1]},  # 0 decodes
+        {"running": [], "waiting": [1]},  # 0 decodes its last token and finishes
+        {"running": [1], "waiting": []},
+    ]  # 1 is prefilled
+    assert figures.request_states(trace) == {
+        0: ["prefill", "decode", "decode", ""],
+        1: ["waiting", "waiting", "waiting", "prefill"],
+    }
+
+
+def test_every_captured_figure_is_on_a_page() -> None:
+    """Engine-state figures are drawn from data a chapter main captured; none is left unused."""
+    used = {
+        m
+        for page in (ROOT / "docs").rglob("*.md")
+        for m in re.findall(r"^::figure (\S+)$", page.read_text(), re.MULTILINE)
+    }
+    captured = {path.stem for path in OUTPUTS.glob("*.json")}
+    assert captured and captured <= used, f"captured but never drawn: {sorted(captured - used)}"
 
 
 def test_chapter_page_embeds_real_code_tree_and_output(site: Path) -> None:
@@ -87,6 +164,99 @@ def test_chapter_page_embeds_real_code_tree_and_output(site: Path) -> None:
     last_line = captured.strip().splitlines()[-1]
     assert last_line.split()[0] in html, "the captured output is not on the page"
     assert (site / "notebooks" / "ch08_cache_manager.ipynb").is_file()
+    assert "jupytext" not in html, "the example is shown with its jupytext header"
+    assert re.search(r'<figure class="minisgl-figure">\s*<svg', html), "no figure was drawn"
+    assert ".venv/bin/python practice/judge.py start" in html
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "docs").rglob("*.md")), ids=lambda p: p.stem)
+def test_commands_on_the_site_use_the_projects_interpreter(page: Path) -> None:
+    bare = re.findall(
+        r"(?<!\.venv/bin/)\bpython3? (?:tools|practice|examples|benchmark)/\S+", page.read_text()
+    )
+    assert not bare, f"{page.relative_to(ROOT)}: use .venv/bin/python, not {bare}"
+
+
+class FoldedText(HTMLParser):
+    """A page's text, split into what a reader sees on load and what is inside a closed
+    <details> (a collapsed admonition)."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__()
+        self.closed: list[bool] = []  # for each <details> we are in: is it closed?
+        self.visible: list[str] = []
+        self.folded: list[str] = []
+        self.feed(html)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "details":
+            self.closed.append("open" not in dict(attrs))
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "details" and self.closed:
+            self.closed.pop()
+
+    def handle_data(self, data: str) -> None:
+        (self.folded if any(self.closed) else self.visible).append(data)
+
+    def text(self, folded: bool) -> str:
+        return " ".join("".join(self.folded if folded else self.visible).split())
+
+
+def stub_parts(stub: str) -> tuple[str, str]:
+    """A stub's first docstring line and the first line of its body, from the reference."""
+    path, _, symbol = stub.partition(":")
+    source = (ROOT / "solutions" / "minisgl" / path).read_text()
+    scope: list[ast.stmt] = ast.parse(source).body
+    for name in symbol.split("."):
+        node = next(n for n in scope if getattr(n, "name", None) == name)
+        scope = node.body  # type: ignore[attr-defined]
+    doc = ast.get_docstring(node)  # type: ignore[arg-type]
+    assert doc, f"stub {stub} has no docstring"
+    body = scope[1] if isinstance(scope[0], ast.Expr) else scope[0]
+    return doc.splitlines()[0], source.splitlines()[body.lineno - 1].strip()
+
+
+def shown_stubs(chapter: str, page: str) -> list[str]:
+    """Chapter `chapter`'s stubs that page docs/chapters/<page>.md shows with ::code."""
+    manifest = tomllib.loads((ROOT / "chapters" / chapter / "chapter.toml").read_text())
+    markdown = (ROOT / "docs" / "chapters" / f"{page}.md").read_text()
+    shown = re.findall(r"^::code (\S+)$", markdown, re.MULTILINE)
+    return [
+        stub
+        for stub in manifest["stubs"]
+        if any(stub == t or stub.startswith(t + ".") for t in shown)
+    ]
+
+
+def test_only_the_chapters_own_stubs_are_folded(site: Path) -> None:
+    """Chapter 10 folds its own stubs' bodies and leaves chapter 8's code it shows open."""
+    page = FoldedText((site / "chapters" / "ch10_chunked" / "index.html").read_text())
+    own, earlier = (
+        shown_stubs("ch10_chunked", "ch10_chunked"),
+        shown_stubs("ch08_cache_manager", "ch10_chunked"),
+    )
+    assert own and earlier, "the test needs chapter 10's page to show stubs of chapters 10 and 8"
+    for stub in own:
+        doc, body = stub_parts(stub)
+        assert doc in page.text(folded=False) and body in page.text(folded=True), stub
+    for stub in earlier:
+        doc, body = stub_parts(stub)
+        assert body in page.text(folded=False) and body not in page.text(folded=True), stub
+
+
+def test_notebook_runs_the_students_work_tree_when_there_is_one(site: Path, tmp_path: Path) -> None:
+    notebook = json.loads((site / "notebooks" / "ch08_cache_manager.ipynb").read_text())
+    first = "".join(notebook["cells"][0]["source"])
+    (tmp_path / "work" / "minisgl").mkdir(parents=True)
+    (tmp_path / "work" / "minisgl" / "__init__.py").write_text("")
+    (tmp_path / "examples").mkdir()  # notebooks run from examples/ or from the repository root
+    for cwd in (tmp_path, tmp_path / "examples"):
+        run = subprocess.run(
+            [sys.executable, "-c", first], cwd=cwd, capture_output=True, text=True, timeout=60
+        )
+        assert run.returncode == 0, run.stderr
+        assert str(tmp_path / "work" / "minisgl") in run.stdout, run.stdout
 
 
 @pytest.mark.slow
@@ -101,8 +271,13 @@ def test_page_follows_the_code_and_a_missing_symbol_fails_the_build(tmp_path: Pa
     cache_py = copy / "solutions" / "minisgl" / "scheduler" / "cache.py"
     source = cache_py.read_text()
     marker = "# a comment that only this test adds"
-    cache_py.write_text(source.replace("        rows, cols, spans = [], [], []",
-                                       f"        {marker}\n        rows, cols, spans = [], [], []"))
+    _, first_statement = stub_parts("scheduler/cache.py:CacheManager.allocate_paged")
+    indent = " " * 8  # a method body
+    cache_py.write_text(
+        source.replace(
+            f"{indent}{first_statement}\n", f"{indent}{marker}\n{indent}{first_statement}\n", 1
+        )
+    )
     assert build_site(copy, tmp_path / "site1").returncode == 0
     page = (tmp_path / "site1" / "chapters" / "ch08_cache_manager" / "index.html").read_text()
     assert marker in page, "the page did not pick up the changed code"
@@ -110,6 +285,13 @@ def test_page_follows_the_code_and_a_missing_symbol_fails_the_build(tmp_path: Pa
     cache_py.write_text(source.replace("def allocate_paged(", "def allocate_pages_renamed("))
     result = build_site(copy, tmp_path / "site2")
     assert result.returncode != 0 and "allocate_paged" in result.stderr, result.stderr[-2000:]
+
+    cache_py.write_text(source)
+    (copy / "docs" / "_outputs" / "ch08_cache_manager.admission.json").unlink()
+    result = build_site(copy, tmp_path / "site3")
+    assert result.returncode != 0 and "ch08_cache_manager.admission" in result.stderr, (
+        result.stderr[-2000:]
+    )
 
 
 def chromium() -> str | None:
@@ -124,15 +306,43 @@ def test_chapter_page_renders_in_headless_chromium(site: Path) -> None:
             pytest.fail("chromium is not installed: ./run installs Debian's chromium")
         pytest.skip("chromium is not installed (./run installs it)")
     page = site / "chapters" / "ch08_cache_manager" / "index.html"
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={site.parent / 'chromium-profile'}"]
-    dom = subprocess.run([browser, *flags, "--dump-dom", page.as_uri()], capture_output=True,
-                         text=True, timeout=120).stdout
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={site.parent / 'chromium-profile'}",
+    ]
+    dom = subprocess.run(
+        [browser, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
+    ).stdout
     assert dom.count('class="highlight') >= 5, "code blocks were not rendered"
     assert "Files so far:" in dom and "Reading the output" in dom
+    rendered = FoldedText(dom)
+    stubs = shown_stubs("ch08_cache_manager", "ch08_cache_manager")
+    assert stubs, "chapter 8's page shows none of its stubs"
+    for stub in stubs:  # the task open, the reference solution folded away
+        doc, body = stub_parts(stub)
+        assert doc in rendered.text(folded=False), f"{stub}: its docstring is not shown open"
+        assert body in rendered.text(folded=True), f"{stub}: its body is not folded"
+        assert body not in rendered.text(folded=False), f"{stub}: its body is shown open"
     screenshot = ROOT / "build" / "site-ch08.png"  # build/ is git-ignored
     screenshot.parent.mkdir(exist_ok=True)
-    subprocess.run([browser, *flags, f"--screenshot={screenshot}", "--window-size=1280,2000",
-                    page.as_uri()], capture_output=True, timeout=120)
+    # The virtual time budget lets the page finish rendering before the screenshot.
+    subprocess.run(
+        [
+            browser,
+            *flags,
+            "--virtual-time-budget=10000",
+            f"--screenshot={screenshot}",
+            "--window-size=1280,2000",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        timeout=120,
+    )
     assert screenshot.is_file() and screenshot.stat().st_size > 10_000

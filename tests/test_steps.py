@@ -1,4 +1,4 @@
-"""Tests of tools/steps.py, the chapter builder and judge (DESIGN §4-§5).
+"""Tests of tools/steps.py, the chapter builder and judge (docs/maintainers.md).
 
 Most tests run on a small fake course written to a temporary git repository: three chapters
 of a calculator package, with real subprocess runs that take a second each. Text-only checks
@@ -8,11 +8,16 @@ also run on the real chapters (skeletons of chapter 0, early files of chapter 3,
 from __future__ import annotations
 
 import ast
+import csv
 import difflib
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +25,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import steps  # noqa: E402
+from course.manifest import Course  # noqa: E402
+from course.snapshot import assemble_file, build_snapshot, skeleton_text  # noqa: E402
+from course.source import functions, is_unwritten  # noqa: E402
 
 CALC = '''"""A calculator."""
 
@@ -107,10 +115,20 @@ FILES = {
     "tests/test_ch02_triple.py": TEST_2,
 }
 MANIFESTS = {  # number: (slug, new, modified, stubs, early)
-    0: ("basics", ["__init__.py", "calc.py"], [], ["calc.py:add", "calc.py:Acc.total"],
-        ["calc.py:mul"]),
-    1: ("extra", ["extra/__init__.py", "extra/double.py"], ["calc.py"],
-        ["extra/double.py:double", "calc.py:mul"], []),
+    0: (
+        "basics",
+        ["__init__.py", "calc.py"],
+        [],
+        ["calc.py:add", "calc.py:Acc.total"],
+        ["calc.py:mul"],
+    ),
+    1: (
+        "extra",
+        ["extra/__init__.py", "extra/double.py"],
+        ["calc.py"],
+        ["extra/double.py:double", "calc.py:mul"],
+        [],
+    ),
     2: ("triple", ["extra/triple.py"], ["calc.py"], ["extra/triple.py:triple", "calc.py:sub"], []),
 }
 
@@ -133,7 +151,8 @@ def course(tmp_path: Path) -> Path:
             f'docs = "docs/chapters/ch{k:02d}_{slug}.md"\nmain = "examples/ch{k:02d}_{slug}.py"\n'
             f'tests = "tests/test_ch{k:02d}_{slug}.py"\nnew = {toml_list(new)}\n'
             f"modified = {toml_list(modified)}\nstubs = {toml_list(stubs)}\n"
-            f"early = {toml_list(early)}\n")
+            f"early = {toml_list(early)}\n"
+        )
     (tmp_path / ".gitignore").write_text("work/\nbuild/\n")
     assert steps.main(["--root", str(tmp_path), "sync"]) == 0
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
@@ -154,7 +173,7 @@ def write_student_calc(root: Path, **bodies: str) -> None:
     """Write one-line bodies into work/minisgl/calc.py in place of the stubs (total: Acc.total)."""
     path = root / "work" / "minisgl" / "calc.py"
     lines = path.read_text().splitlines(keepends=True)
-    found = steps.functions(ast.parse("".join(lines)))
+    found = functions(ast.parse("".join(lines)))
     for name, body in bodies.items():
         node = found["Acc.total" if name == "total" else name][0]
         assert "raise NotImplementedError" in lines[node.end_lineno - 1], f"{name} is no stub"
@@ -167,11 +186,11 @@ def write_student_calc(root: Path, **bodies: str) -> None:
 
 
 def test_skeleton_of_chapter_0_replaces_only_bodies_and_names_chapter_and_task():
-    course = steps.Course.load(ROOT)
+    course = Course.load(ROOT)
     ref = course.reference("tiny_engine.py")
-    skeleton = steps.skeleton_text(course, "tiny_engine.py", 0)
+    skeleton = skeleton_text(course, "tiny_engine.py", 0)
     tree = ast.parse(skeleton)  # still valid Python
-    ref_funcs, funcs = steps.functions(ast.parse(ref)), steps.functions(tree)
+    ref_funcs, funcs = functions(ast.parse(ref)), functions(tree)
     for stub in course.chapters[0].stubs:
         symbol = stub.partition(":")[2]
         ours, theirs = funcs[symbol][0], ref_funcs[symbol][0]
@@ -180,7 +199,7 @@ def test_skeleton_of_chapter_0_replaces_only_bodies_and_names_chapter_and_task()
         dump = lambda nodes: [ast.dump(n) for n in nodes]  # noqa: E731
         assert dump(ours.decorator_list) == dump(theirs.decorator_list)
         assert ast.get_docstring(ours) == ast.get_docstring(theirs)
-        assert steps.is_unwritten(ours)
+        assert is_unwritten(ours)
         task = ast.get_docstring(theirs).splitlines()[0]
         assert ours.body[-1].exc.args[0].value == f"ch00: {task}"
     # Every difference is a body turned into exactly one `raise NotImplementedError` line.
@@ -188,39 +207,41 @@ def test_skeleton_of_chapter_0_replaces_only_bodies_and_names_chapter_and_task()
     for op, _, _, j1, j2 in matcher.get_opcodes():
         if op != "equal":
             assert op == "replace" and j2 - j1 == 1, skeleton.splitlines()[j1:j2]
-            assert "raise NotImplementedError(\"ch00: " in skeleton.splitlines()[j1]
+            assert 'raise NotImplementedError("ch00: ' in skeleton.splitlines()[j1]
 
 
 def test_later_symbols_are_stubbed_unless_early_and_properties_keep_their_decorator(course: Path):
-    c = steps.Course.load(course)
-    snapshot0 = steps.skeleton_text(c, "calc.py", 0)
-    assert '    @property\n    def total(self) -> int:\n        """The sum of the items."""\n' \
-           '        raise NotImplementedError("ch00: The sum of the items.")\n' in snapshot0
+    c = Course.load(course)
+    snapshot0 = skeleton_text(c, "calc.py", 0)
+    assert (
+        '    @property\n    def total(self) -> int:\n        """The sum of the items."""\n'
+        '        raise NotImplementedError("ch00: The sum of the items.")\n' in snapshot0
+    )
     assert 'raise NotImplementedError("written in chapter 2: Return a - b.")' in snapshot0
     assert "    return a * b\n" in snapshot0  # mul: chapter 1's, brought in early by chapter 0
     assert "import math  # a comment that must survive\n" in snapshot0
     assert "# how: the plus operator" not in snapshot0  # part of the body
-    assert 'NotImplementedError("ch01: Return a * b.")' in steps.skeleton_text(c, "calc.py", 1)
-    triple = steps.skeleton_text(c, "extra/triple.py", 2)
+    assert 'NotImplementedError("ch01: Return a * b.")' in skeleton_text(c, "calc.py", 1)
+    triple = skeleton_text(c, "extra/triple.py", 2)
     assert 'raise NotImplementedError("ch02: implement triple")' in triple  # no docstring
 
 
 def test_init_imports_only_modules_present_in_the_snapshot(course: Path):
-    c = steps.Course.load(course)
-    one = steps.skeleton_text(c, "extra/__init__.py", 1)
+    c = Course.load(course)
+    one = skeleton_text(c, "extra/__init__.py", 1)
     assert one == '"""Extras."""\n\nfrom .double import double\n'
-    snap = steps.build_snapshot(c, 2, "reference", course / "build" / "two")
+    snap = build_snapshot(c, 2, "reference", course / "build" / "two")
     assert (snap.root / "minisgl" / "extra" / "__init__.py").read_text() == EXTRA_INIT
 
 
 def test_real_chapter_3_brings_attention_and_kvcache_in_early():
-    course = steps.Course.load(ROOT)
+    course = Course.load(ROOT)
     files = course.files(3)
     assert {"attention/torch_backend.py", "kvcache/mha_pool.py"} <= files
     assert "kvcache/naive_cache.py" not in files
-    init = steps.assemble_file(course, "kvcache/__init__.py", 3, "reference")[0]
+    init = assemble_file(course, "kvcache/__init__.py", 3, "reference")[0]
     assert "naive_cache" not in init and "from .mha_pool import MHAKVCache" in init
-    backend = steps.assemble_file(course, "attention/torch_backend.py", 3, "reference")[0]
+    backend = assemble_file(course, "attention/torch_backend.py", 3, "reference")[0]
     assert backend == course.reference("attention/torch_backend.py")  # early: reference bodies
 
 
@@ -259,7 +280,7 @@ def test_tree_marks_files_and_prints_the_counts_line(course: Path):
 def test_start_copies_the_skeleton_and_says_what_to_write_and_where_to_read(course: Path):
     code, out = run(course, "start", "0")
     assert code == 0
-    skeleton = steps.skeleton_text(steps.Course.load(course), "calc.py", 0)
+    skeleton = skeleton_text(Course.load(course), "calc.py", 0)
     assert (course / "work/minisgl/calc.py").read_text() == skeleton
     assert "Acc.total" in out and "The sum of the items." in out
     assert "docs/chapters/ch00_basics.md" in out
@@ -302,9 +323,10 @@ def test_start_merges_a_modified_file_keeping_the_students_code(course: Path):
 def test_correct_student_code_passes_and_is_recorded(course: Path):
     run(course, "start", "0")
     shutil.copy(course / "solutions/minisgl/calc.py", course / "work/minisgl/calc.py")
-    code, out = run(course, "test", "0")
+    code, out = run(course, "test", "0", "--verbose")
     assert code == 0, out
-    assert "passed  test_add" in out and "passed  test_total" in out and "chapter 0 PASSED" in out
+    assert "2 tests passed" in out and "chapter 0 PASSED" in out
+    assert "steps.py start 1" in out, "after a pass, the report says what comes next"
     assert re.search(r"minisgl/calc\.py\W+student", out)
     assert re.search(r"minisgl/__init__\.py\W+student", out)
     assert re.search(r"0\W+ch00_basics\W+Chapter 0\W+passed", run(course, "list")[1])
@@ -315,9 +337,12 @@ def test_an_unwritten_stub_fails_naming_the_test_and_the_stub(course: Path):
     write_student_calc(course, add="return a + b")  # Acc.total left as the stub
     code, out = run(course, "test", "0")
     assert code == 1
-    assert "failed  test_total" in out and "passed  test_add" in out
+    assert "✗ test_total" in out and "test_add" not in out and "1 passed" in out
     assert "NotImplementedError: ch00: The sum of the items." in out
-    assert "write Acc.total in work/minisgl/calc.py (chapter 0)" in out
+    assert "This test exercises: Acc.total (not written yet)" in out
+    assert "Hint: Acc.total in work/minisgl/calc.py" in out
+    assert "steps.py test 0 -k test_total" in out, "the rerun line re-runs on work/"
+    assert len(out.splitlines()) <= 40, out
 
 
 def test_earlier_chapters_fall_back_to_the_reference_but_strict_rejects_it(course: Path):
@@ -327,27 +352,34 @@ def test_earlier_chapters_fall_back_to_the_reference_but_strict_rejects_it(cours
     assert run(course, "start", "1")[0] == 0  # merged: add and total are still the stubs
     write_student_calc(course, mul="return a * b")
     double = course / "work/minisgl/extra/double.py"
-    double.write_text(double.read_text().replace('raise NotImplementedError("ch01: Return 2 * x.")',
-                                                 "return x + x"))
-    code, out = run(course, "test", "1")
+    double.write_text(
+        double.read_text().replace(
+            'raise NotImplementedError("ch01: Return 2 * x.")', "return x + x"
+        )
+    )
+    code, out = run(course, "test", "1", "--verbose")
     assert code == 0, out
     assert re.search(r"Acc\.total\W+calc\.py\W+not written yet", out)
     code, out = run(course, "test", "1", "--strict")
-    assert code == 1 and "--strict: 2 symbols of chapters <= 1 are not yours yet" in out
+    assert code == 1 and "--strict: 2 symbols of chapters < 1 are not yours yet" in out
 
 
 def broken_student(course: Path, line: str) -> None:
     run(course, "start", "0")
     shutil.copy(course / "solutions/minisgl/calc.py", course / "work/minisgl/calc.py")
     calc = course / "work/minisgl/calc.py"
-    calc.write_text(calc.read_text().replace("import math  # a comment that must survive\n",
-                                             f"import math\nimport os\n{line}\n"))
+    calc.write_text(
+        calc.read_text().replace(
+            "import math  # a comment that must survive\n", f"import math\nimport os\n{line}\n"
+        )
+    )
 
 
 def test_a_hanging_tree_times_out_and_fails(course: Path):
     broken_student(course, "while True:\n    pass")
     code, out = run(course, "test", "0", "--main-timeout", "3", "--test-timeout", "3")
-    assert code == 1 and "timed out after 3 s" in out and "FAILED" in out
+    assert code == 1 and "did not finish" in out and "FAILED" in out
+    assert "loop forever" in out
 
 
 def test_a_tree_that_crashes_on_import_fails(course: Path):
@@ -359,7 +391,7 @@ def test_a_tree_that_crashes_on_import_fails(course: Path):
 def test_a_tree_that_prints_garbage_and_exits_zero_fails(course: Path):
     broken_student(course, "print('===== 2 passed in 0.01s =====', flush=True)\nos._exit(0)")
     code, out = run(course, "test", "0")
-    assert code == 1 and "no test report" in out and "PASSED" not in out
+    assert code == 1 and "no test ran" in out and "PASSED" not in out
 
 
 def test_a_tree_that_does_not_parse_fails(course: Path):
@@ -379,22 +411,145 @@ def test_an_edited_test_file_fails(course: Path):
 # --- check: the maintainer's proof ----------------------------------------------------------
 
 
-def test_check_passes_the_reference_fails_the_stubs_and_writes_the_output(course: Path):
+def test_capture_writes_the_output_and_check_compares_it(course: Path):
+    code, out = run(course, "check", "0")
+    assert code == 1 and "docs/_outputs/ch00_basics.txt is missing" in out
+    assert run(course, "capture", "0")[0] == 0
+    assert (course / "docs/_outputs/ch00_basics.txt").read_text() == "2 + 3 = 5\n"
     code, out = run(course, "check", "0")
     assert code == 0, out
-    assert (course / "docs/_outputs/ch00_basics.txt").read_text() == "2 + 3 = 5\n"
     assert "2/2 pass" in out and "2/2 fail" in out
+    main = course / "examples/ch00_basics.py"
+    main.write_text(main.read_text() + "print('took 1.25 s, 300 tokens/s')\n")
+    assert run(course, "capture", "0")[0] == 0
+    main.write_text(main.read_text().replace("1.25 s, 300", "9.5 s, 12"))
+    assert run(course, "check", "0")[0] == 0, "timings are volatile: they may differ"
+    main.write_text(main.read_text().replace("2, 3", "2, 4"))
+    code, out = run(course, "check", "0")
+    assert code == 1 and "ch00_basics.txt changed" in out and "+2 + 3 = 6" in out
 
 
 def test_check_names_a_test_that_passes_on_the_stubs(course: Path):
     test_file = course / "tests/test_ch00_basics.py"
     test_file.write_text(test_file.read_text() + "\n\ndef test_vacuous():\n    assert True\n")
     code, out = run(course, "check", "0")
-    assert code == 1 and "do not fail on the stubs: test_vacuous" in out
+    assert code == 1 and "tests that pass on the stubs: test_vacuous" in out
 
 
-def test_check_reports_a_missing_main_unless_allowed(course: Path):
+def test_check_reports_a_missing_main(course: Path):
     (course / "examples/ch02_triple.py").unlink()
     code, out = run(course, "check", "2")
-    assert code == 1 and "missing" in out
-    assert run(course, "check", "2", "--allow-missing")[0] == 0
+    assert code == 1 and "missing examples/ch02_triple.py" in out
+
+
+# --- the student's loop: hangs, Ctrl-C ------------------------------------------------------
+
+
+def test_a_stub_that_loops_forever_is_named_and_the_run_stops_there(course: Path):
+    run(course, "start", "0")
+    write_student_calc(course, add="while True:\n        pass", total="return sum(self.items)")
+    started = time.monotonic()
+    code, out = run(course, "test", "0", "--test-timeout", "2")
+    assert code == 1 and time.monotonic() - started < 30
+    assert "✗ test_add (stopped: does your code loop forever?)" in out, out
+    assert "raised in add (work/minisgl/calc.py:" in out, "the report names the student's file"
+    assert "test_total" not in out.split("First failure")[0], "the run stops at the first hang"
+
+
+def processes_under(folder: Path) -> list[str]:
+    """Command lines of live processes that mention `folder` (a course under tmp_path)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if str(folder) in cmdline and proc.name != str(os.getpid()):
+            found.append(cmdline)
+    return found
+
+
+def test_ctrl_c_ends_every_process_and_keeps_the_students_files(course: Path):
+    run(course, "start", "0")
+    write_student_calc(course, add="while True:\n        pass", total="return sum(self.items)")
+    before = (course / "work/minisgl/calc.py").read_text()
+    judge = subprocess.Popen(
+        [sys.executable, str(ROOT / "tools" / "steps.py"), "--root", str(course), "test", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while not any("-m pytest" in p for p in processes_under(course)):  # the tests are running
+        assert time.monotonic() < deadline, "the judge never started pytest"
+        time.sleep(0.2)
+    judge.send_signal(signal.SIGINT)
+    out, _ = judge.communicate(timeout=30)
+    assert judge.returncode == 130 and "Stopped (Ctrl-C)" in out and "Traceback" not in out
+    time.sleep(0.5)
+    assert processes_under(course) == [], "a process of the judge outlived it"
+    assert (course / "work/minisgl/calc.py").read_text() == before
+
+
+# --- batch grading ----------------------------------------------------------------------------
+
+
+def test_grade_gives_each_student_chapter_and_test_a_row(course: Path, tmp_path: Path):
+    submissions = tmp_path / "submissions"
+    for student in ("ada", "bob", "cy"):
+        (submissions / student / "work").mkdir(parents=True)
+    shutil.copytree(course / "solutions/minisgl", submissions / "ada/work/minisgl")
+    shutil.copytree(course / "chapters/ch00_basics/skeleton", submissions / "bob/work/minisgl")
+    shutil.copytree(course / "solutions/minisgl", submissions / "cy/work/minisgl")
+    cy = submissions / "cy/work/minisgl/calc.py"
+    cy.write_text(cy.read_text().replace("return a + b", "return a - b"))
+    (submissions / "cy/work/.progress.json").write_text('{"0": {"status": "passed"}}')
+    (submissions / "cy/work/tests").mkdir()  # a submission's own tests are never used
+    (submissions / "cy/work/tests/test_ch00_basics.py").write_text("def test_add():\n    pass\n")
+    csv_file = tmp_path / "grades.csv"
+    code, out = run(
+        course,
+        "grade",
+        "--submissions",
+        str(submissions),
+        "--csv",
+        str(csv_file),
+        "--chapters",
+        "0",
+    )
+    assert code == 0, out
+    rows = {(r["student"], r["test"]): r["outcome"] for r in csv.DictReader(csv_file.open())}
+    assert rows[("ada", "test_add")] == rows[("ada", "test_total")] == "passed"
+    assert rows[("bob", "test_add")] == rows[("bob", "test_total")] == "failed"
+    assert rows[("cy", "test_add")] == "failed" and rows[("cy", "test_total")] == "passed"
+    assert re.search(r"ada\W+2/2", out) and re.search(r"bob\W+0/2", out)
+    assert re.search(r"cy\W+1/2", out)
+
+
+def test_watch_reruns_the_tests_when_a_file_is_saved_and_ctrl_c_exits(course: Path):
+    run(course, "start", "0")
+    watcher = subprocess.Popen(
+        [sys.executable, str(ROOT / "tools" / "steps.py"), "--root", str(course), "watch", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "120"},
+    )
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(watcher.stdout), daemon=True).start()
+
+    def wait_for(text: str, count: int, seconds: float) -> float:
+        start = time.monotonic()
+        while "".join(lines).count(text) < count:
+            assert time.monotonic() - start < seconds, f"no {text!r} #{count} in: {lines}"
+            time.sleep(0.05)
+        return time.monotonic() - start
+
+    try:
+        wait_for("chapter 0 FAILED", 1, 60)
+        write_student_calc(course, add="return a + b", total="return sum(self.items)")
+        rerun_started = wait_for("Running chapter 0 tests", 2, 10)
+        assert rerun_started < 2.0, f"watch took {rerun_started:.1f} s to notice the save"
+        wait_for("chapter 0 PASSED", 1, 60)
+    finally:
+        watcher.send_signal(signal.SIGINT)
+        watcher.wait(timeout=30)
+    assert watcher.returncode == 0

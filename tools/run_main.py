@@ -1,6 +1,7 @@
 """Run one chapter main against the snapshot named by MINISGL_TREE, and nothing else.
 
-    MINISGL_TREE=build/steps/00 PYTHONPATH=build/steps/00 python tools/run_main.py examples/ch00_tiny_engine.py
+    MINISGL_TREE=build/steps/00 PYTHONPATH=build/steps/00 \
+        .venv/bin/python tools/run_main.py examples/ch00_tiny_engine.py
 
 `tools/steps.py` runs every main through this file: it imports `minisgl` first and stops with
 a clear message if that is not the snapshot's copy (for example the pip-installed reference),

@@ -6,9 +6,15 @@ A directive is a line of its own, starting with `::`:
     ::code scheduler/cache.py                               a whole file
     ::tree 8                                                 snapshot 8's file tree and counts
     ::output ch08_cache_manager                              docs/_outputs/<name>.txt (captured)
+    ::figure ch08_cache_manager.admission                    docs/_outputs/<name>.json, drawn
     ::example ch08_cache_manager                             examples/<name>.py + notebook link
     ::test tests/test_ch08_cache_manager.py:test_name        a test function's source
+    ::file chapters/ch08_cache_manager/chapter.toml          any file of the repository
     ::practice 8                                             chapter 8's practice problems
+
+On a chapter's page, `::code` folds the body of each of that chapter's own stubs (its manifest's
+`stubs`) into a closed "Reference solution" box under the open signature and docstring, so a
+student reads the task before the answer; code of other chapters stays open.
 
 A directive whose target does not exist fails the build, so the site cannot drift from the code.
 (Authors drafting a page before its targets exist may set MINISGL_DOCS_DRAFT=1: a missing
@@ -18,7 +24,7 @@ Notebooks (examples converted with jupytext) are generated into the site at buil
 
 from __future__ import annotations
 
-import ast
+import json
 import os
 import re
 import sys
@@ -27,113 +33,240 @@ from pathlib import Path
 from typing import Any, Callable
 
 import jupytext
+import nbformat
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+import figures  # noqa: E402  (the drawing code of ::figure, next to this file)
+from course import CourseError  # noqa: E402  (the course library: manifests, sources)
+from course.manifest import Course  # noqa: E402
+from course.problems import load_problems  # noqa: E402
+from course.snapshot import render_tree  # noqa: E402
+from course.source import body_span, definition_source, find_definition, first_line  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE = ROOT / "solutions" / "minisgl"
 OUTPUTS = ROOT / "docs" / "_outputs"
 EXAMPLES = ROOT / "examples"
+PYTHON = ".venv/bin/python"  # the project's interpreter: commands the site prints use it
 DIRECTIVE = re.compile(r"^::(\w+)\s+(\S+)\s*$", re.MULTILINE)
+JUPYTEXT_HEADER = re.compile(r"\A# ---\n(?:#.*\n)*?# ---\n\s*")
+SOLUTION_TITLE = "Reference solution: try it first"
+
+
+def course() -> Course:
+    """The chapter manifests, read once per build (on_pre_build forgets them)."""
+    global _COURSE
+    if _COURSE is None:
+        _COURSE = Course.load(ROOT)
+    return _COURSE
+
+
+_COURSE: Course | None = None
+
+
+def on_pre_build(config: Any) -> None:
+    global _COURSE
+    _COURSE = None
+
+
+def read_source(path: Path) -> str:
+    if not path.is_file():
+        raise PluginError(f"no such file: {path.relative_to(ROOT)}")
+    return path.read_text()
 
 
 def symbol_source(path: Path, symbol: str | None) -> str:
     """The source of `Class.method` or `function` in a Python file (decorators included)."""
-    if not path.is_file():
-        raise PluginError(f"no such file: {path.relative_to(ROOT)}")
-    text = path.read_text()
-    if symbol is None:
-        return text.rstrip("\n")
-    scope: list[ast.stmt] = ast.parse(text).body
-    node: ast.AST | None = None
-    for name in symbol.split("."):
-        node = next((n for n in scope if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef,
-                                                         ast.ClassDef)) and n.name == name), None)
-        if node is None:
-            raise PluginError(f"{path.relative_to(ROOT)} has no symbol {symbol!r}")
-        scope = getattr(node, "body", [])
-    assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-    first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-    lines = text.splitlines()[first - 1 : node.end_lineno]
-    return textwrap.dedent("\n".join(lines))
+    text = read_source(path)
+    return definition_source(text, symbol) if symbol else text.rstrip("\n")
 
 
-def fenced(code: str, lang: str, title: str) -> str:
-    return f'```{lang} title="{title}"\n{code}\n```'
+def fenced(code: str, lang: str, title: str = "") -> str:
+    header = f'```{lang} title="{title}"' if title else f"```{lang}"
+    return f"{header}\n{code}\n```"
 
 
-def code_directive(target: str, page_dir: str) -> str:
+def code_directive(target: str, page: str) -> str:
     path, _, symbol = target.partition(":")
-    source = symbol_source(ENGINE / path, symbol or None)
+    file = ENGINE / path
+    text = read_source(file)
+    lines = text.splitlines()
+    if symbol:
+        node = find_definition(text, symbol)
+        first, last = first_line(node), node.end_lineno or len(lines)
+    else:
+        first, last = 1, len(lines)
+    folds = []  # (first body line, last body line, stub) of this chapter's stubs shown here
+    chapter = course().chapter_of_page(page)
+    for stub in chapter.stubs if chapter else ():
+        stub_path, _, stub_symbol = stub.partition(":")
+        if stub_path == path and (
+            not symbol or stub_symbol == symbol or stub_symbol.startswith(symbol + ".")
+        ):
+            body = body_span(find_definition(text, stub_symbol))
+            if body is not None:
+                folds.append((*body, stub_symbol))
     title = f"solutions/minisgl/{path}" + (f" · {symbol}" if symbol else "")
-    return fenced(source, "python", title)
+    shown = textwrap.dedent("\n".join(lines[first - 1 : last])).splitlines()
+
+    def segment(start: int, end: int) -> str:  # 1-based file lines, inclusive
+        return "\n".join(shown[start - first : end - first + 1]).strip("\n")
+
+    parts, cursor = [], first
+    for start, end, stub in sorted(folds):
+        parts.append(fenced(segment(cursor, start - 1), "python", "" if parts else title))
+        label = SOLUTION_TITLE if stub == symbol else f"{SOLUTION_TITLE} · `{stub}`"
+        solution = fenced(segment(start, end), "python")
+        parts.append(
+            f'??? success "{label}"\n\n' + textwrap.indent(solution, "    ", lambda line: True)
+        )  # blank lines too
+        cursor = end + 1
+    rest = segment(cursor, last)
+    if rest.strip():
+        parts.append(fenced(rest, "python", "" if parts else title))
+    return "\n\n".join(parts)
 
 
-def test_directive(target: str, page_dir: str) -> str:
+def test_directive(target: str, page: str) -> str:
     path, _, symbol = target.partition(":")
-    return fenced(symbol_source(ROOT / path, symbol or None), "python",
-                  f"{path}" + (f" · {symbol}" if symbol else ""))
+    return fenced(
+        symbol_source(ROOT / path, symbol or None),
+        "python",
+        f"{path}" + (f" · {symbol}" if symbol else ""),
+    )
 
 
-def output_directive(target: str, page_dir: str) -> str:
+def file_directive(target: str, page: str) -> str:
+    """A whole file of the repository, highlighted by its extension (toml, py, yaml, ...)."""
+    path = ROOT / target
+    return fenced(read_source(path).rstrip("\n"), path.suffix.lstrip(".") or "text", target)
+
+
+def output_directive(target: str, page: str) -> str:
     path = OUTPUTS / f"{target}.txt"
     if not path.is_file():
-        raise PluginError(f"no captured output {path.relative_to(ROOT)}: "
-                          "run `python tools/steps.py check` to capture it")
-    return fenced(path.read_text().rstrip("\n"), "text", f"python examples/{target}.py")
+        raise PluginError(
+            f"no captured output {path.relative_to(ROOT)}: "
+            f"run `{PYTHON} tools/steps.py capture` to capture it"
+        )
+    text = path.read_text().rstrip("\n")
+    # A chapter main's output; or any other command's, recorded on its first line as "$ command".
+    command, _, rest = text.partition("\n")
+    if command.startswith("$ ") and not (EXAMPLES / f"{target}.py").is_file():
+        return fenced(rest, "text", command.removeprefix("$ "))
+    return fenced(text, "text", f"{PYTHON} examples/{target}.py")
 
 
-def example_directive(target: str, page_dir: str) -> str:
+def figure_directive(target: str, page: str) -> str:
+    """An inline SVG drawn from the engine state a chapter main captured (figures.py)."""
+    path = OUTPUTS / f"{target}.json"
+    if not path.is_file():
+        raise PluginError(
+            f"no captured figure data {path.relative_to(ROOT)}: run "
+            f"`{PYTHON} tools/steps.py capture` to capture it (the main writes it "
+            "when MINISGL_CAPTURE_DIR is set)"
+        )
+    try:
+        svg, caption = figures.draw(target, json.loads(path.read_text()))
+    except (KeyError, ValueError, TypeError) as error:  # no drawing, or data it cannot read
+        raise PluginError(f"cannot draw figure {target}: {error!r}") from None
+    example = target.partition(".")[0]
+    return (
+        f'<figure class="minisgl-figure">\n{svg}\n'
+        f"<figcaption>{caption} Drawn from a run of <code>examples/{example}.py</code>."
+        "</figcaption>\n</figure>"
+    )
+
+
+def example_directive(target: str, page: str) -> str:
     path = EXAMPLES / f"{target}.py"
-    source = symbol_source(path, None)
-    link = relative_link(page_dir, f"notebooks/{target}.ipynb")
-    return (fenced(source, "python", f"examples/{target}.py")
-            + f"\n\n[:material-notebook: Download as a notebook]({link})")
+    source = JUPYTEXT_HEADER.sub("", read_source(path)).rstrip("\n")
+    link = relative_link(page, f"notebooks/{target}.ipynb")
+    return (
+        fenced(source, "python", f"examples/{target}.py")
+        + f"\n\n[:material-notebook: Download as a notebook]({link})"
+    )
 
 
-def tree_directive(target: str, page_dir: str) -> str:
-    sys.path.insert(0, str(ROOT / "tools"))
-    import steps  # the chapter judge computes snapshots; the site reuses it
-
-    text = steps.render_tree(int(target))
+def tree_directive(target: str, page: str) -> str:
+    text = render_tree(course(), int(target))
     counts, _, tree = text.partition("\n")
     return f"{counts}\n\n```text\n{tree.strip()}\n```"
 
 
-def practice_directive(target: str, page_dir: str) -> str:
-    sys.path.insert(0, str(ROOT / "practice"))
-    import judge
-
-    problems = [p for p in judge.load_problems() if p.chapter == int(target)]
+def practice_directive(target: str, page: str) -> str:
+    """Chapter K's practice problems: browser ones link to their page, the others show the
+    command that starts them."""
+    problems = [
+        p
+        for p in load_problems(ROOT / "practice" / "problems", set(course().chapters))
+        if p.chapter == int(target)
+    ]
     if not problems:
         return "No practice problems for this chapter yet."
-    rows = ["| # | problem | difficulty | runs in |", "|---|---|---|---|"]
-    rows += [f"| {p.number} | {p.title} | {p.difficulty} | {p.env} |" for p in problems]
-    return ("\n".join(rows) + "\n\nStart one with `python practice/judge.py start N`, check it "
-            "with `python practice/judge.py test N`.")
+    rows = ["| # | problem | difficulty | runs in | start it |", "|---|---|---|---|---|"]
+    for p in problems:
+        if p.env == "browser":  # docs/hooks/practice_pages.py generates its page
+            title = f"[{p.title}]({relative_link(page, f'practice/{p.slug}.md')})"
+            start = "in the browser"
+        else:
+            title, start = p.title, f"`{PYTHON} practice/judge.py start {p.number}`"
+        rows.append(f"| {p.number} | {title} | {p.difficulty} | {p.env} | {start} |")
+    return (
+        "\n".join(rows) + f"\n\n`{PYTHON} practice/judge.py start N` sets up problem N's "
+        f"starter code and prints its statement; `{PYTHON} practice/judge.py test N` "
+        "grades it."
+    )
+
+
+def mutations_directive(target: str, page: str) -> str:
+    """The mutation report (`steps.py mutate K --report` writes docs/_reports/mutations.json)."""
+    report = json.loads(read_source(ROOT / target))
+    rows = [
+        "| chapter | mutants killed by its own tests | rate | measured | command |",
+        "|---|---|---|---|---|",
+    ]
+    notes = []
+    for entry in report.values():
+        rate = entry["killed"] / entry["total"]
+        rows.append(
+            f"| {entry['chapter']} | {entry['killed']}/{entry['total']} | {rate:.0%} | "
+            f"{entry['date']} | `{entry['command']}` |"
+        )
+        notes += [f"- survived in {entry['chapter']}: `{s}`" for s in entry["survivors"]]
+        notes += [f"- equivalent in {entry['chapter']}: `{s}`" for s in entry["equivalent"]]
+    return "\n".join(rows + [""] + notes)
 
 
 DIRECTIVES: dict[str, Callable[[str, str], str]] = {
-    "code": code_directive, "test": test_directive, "output": output_directive,
-    "example": example_directive, "tree": tree_directive, "practice": practice_directive,
+    "code": code_directive,
+    "test": test_directive,
+    "file": file_directive,
+    "output": output_directive,
+    "figure": figure_directive,
+    "example": example_directive,
+    "tree": tree_directive,
+    "practice": practice_directive,
+    "mutations": mutations_directive,
 }
 
 
-def relative_link(page_dir: str, target: str) -> str:
-    """A link from a page in docs/<page_dir>/ to docs/<target> (mkdocs checks and rewrites it)."""
-    return "../" * len(Path(page_dir).parts) + target
+def relative_link(page: str, target: str) -> str:
+    """A link from the page docs/<page> to docs/<target> (mkdocs checks and rewrites it)."""
+    return "../" * len(Path(page).parent.parts) + target
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
-    page_dir = str(Path(page.file.src_uri).parent)
-
     def expand(match: re.Match[str]) -> str:
         name, target = match.group(1), match.group(2)
         if name not in DIRECTIVES:
             raise PluginError(f"{page.file.src_uri}: unknown directive ::{name}")
         try:
-            return DIRECTIVES[name](target, page_dir)
-        except (PluginError, ImportError, AttributeError, OSError) as error:
+            return DIRECTIVES[name](target, page.file.src_uri)
+        except (PluginError, CourseError, ImportError, AttributeError, OSError) as error:
             if os.environ.get("MINISGL_DOCS_DRAFT") == "1":
                 return f'!!! warning "Draft: ::{name} {target} is missing"\n    {error}'
             raise PluginError(f"{page.file.src_uri}: ::{name} {target}: {error}") from None
@@ -141,9 +274,31 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
     return DIRECTIVE.sub(expand, markdown)
 
 
+# The first cell of every notebook: run the student's own engine when there is one.
+USE_WORK_TREE = """\
+# Use your own engine (work/minisgl, from `steps.py start`) when it exists, else the installed one.
+import sys
+from pathlib import Path
+
+for root in (Path.cwd(), *Path.cwd().parents):
+    if (root / "work" / "minisgl").is_dir():
+        sys.path.insert(0, str(root / "work"))
+        break
+import minisgl
+
+print(f"using the minisgl tree at {Path(minisgl.__file__).parent}")"""
+
+
 def on_files(files: Files, config: Any) -> Files:
     """Add a notebook for every example, converted by jupytext at build time."""
     for example in sorted(EXAMPLES.glob("*.py")):
-        notebook = jupytext.writes(jupytext.read(example), fmt="ipynb")
-        files.append(File.generated(config, f"notebooks/{example.stem}.ipynb", content=notebook))
+        notebook = jupytext.read(example)
+        notebook.cells.insert(0, nbformat.v4.new_code_cell(USE_WORK_TREE))
+        files.append(
+            File.generated(
+                config,
+                f"notebooks/{example.stem}.ipynb",
+                content=jupytext.writes(notebook, fmt="ipynb"),
+            )
+        )
     return files

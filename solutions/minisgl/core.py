@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Iterator, Literal
 
 import torch
 
+from minisgl.utils import InvalidRequestError
+
 if TYPE_CHECKING:
     from minisgl.attention.base import BaseAttnBackend
     from minisgl.kvcache.base import BaseCacheHandle, BaseKVCachePool
@@ -23,6 +25,9 @@ class SamplingParams:
 
     temperature 0 means greedy (argmax). top_k = -1 means no top-k limit; top_p = 1.0 means no
     nucleus limit. max_tokens counts generated tokens, the first one (from prefill) included.
+    A seed makes random sampling reproducible: the same seed and prompt give the same tokens,
+    whatever else runs in the batch. Stop strings are not the engine's business: the
+    detokenizer, which sees text, handles them.
     """
 
     temperature: float = 0.0
@@ -30,17 +35,20 @@ class SamplingParams:
     top_p: float = 1.0
     max_tokens: int = 128
     ignore_eos: bool = False
+    seed: int | None = None
 
     def __post_init__(self) -> None:
-        """Reject out-of-range values with a ValueError that names the field."""
+        """Reject out-of-range values with an InvalidRequestError that names the field."""
         if self.max_tokens <= 0:
-            raise ValueError(f"max_tokens must be positive, got {self.max_tokens}")
+            raise InvalidRequestError(f"max_tokens must be positive, got {self.max_tokens}")
         if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+            raise InvalidRequestError(f"temperature must be >= 0, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise InvalidRequestError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k != -1 and self.top_k < 1:
-            raise ValueError(f"top_k must be -1 (off) or >= 1, got {self.top_k}")
+            raise InvalidRequestError(f"top_k must be -1 (off) or >= 1, got {self.top_k}")
+        if self.seed is not None and self.seed < 0:
+            raise InvalidRequestError(f"seed must be None or >= 0, got {self.seed}")
 
     @property
     def is_greedy(self) -> bool:
@@ -78,8 +86,10 @@ class Req:
         self.device_len = len(self.input_ids)
         self.max_device_len = len(self.input_ids) + self.output_len
         if not 0 <= self.cached_len < self.device_len <= self.max_device_len:
-            raise ValueError("a request's ledger must satisfy 0 <= cached_len < device_len "
-                             f"<= max_device_len: {self}")
+            raise ValueError(
+                "a request's ledger must satisfy 0 <= cached_len < device_len "
+                f"<= max_device_len: {self}"
+            )
 
     @property
     def extend_len(self) -> int:
@@ -107,8 +117,10 @@ class Req:
         self.input_ids = torch.cat([self.input_ids, token])
 
     def __repr__(self) -> str:
-        return (f"Req(uid={self.uid}, table_idx={self.table_idx}, cached_len={self.cached_len}, "
-                f"device_len={self.device_len}, max_device_len={self.max_device_len})")
+        return (
+            f"Req(uid={self.uid}, table_idx={self.table_idx}, cached_len={self.cached_len}, "
+            f"device_len={self.device_len}, max_device_len={self.max_device_len})"
+        )
 
 
 @dataclass

@@ -20,7 +20,12 @@ from transformers import AutoTokenizer
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 # The parameters of Llama-3 RoPE scaling (see rope_inv_freq).
-LLAMA3_ROPE_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+LLAMA3_ROPE_KEYS = (
+    "factor",
+    "low_freq_factor",
+    "high_freq_factor",
+    "original_max_position_embeddings",
+)
 PROVISION_HINT = "run `python tools/provision.py` to create the course models"
 
 

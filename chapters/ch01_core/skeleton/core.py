@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, Iterator, Literal
 
 import torch
 
+from minisgl.utils import InvalidRequestError
+
 if TYPE_CHECKING:
     from minisgl.attention.base import BaseAttnBackend
     from minisgl.kvcache.base import BaseCacheHandle, BaseKVCachePool
@@ -23,6 +25,9 @@ class SamplingParams:
 
     temperature 0 means greedy (argmax). top_k = -1 means no top-k limit; top_p = 1.0 means no
     nucleus limit. max_tokens counts generated tokens, the first one (from prefill) included.
+    A seed makes random sampling reproducible: the same seed and prompt give the same tokens,
+    whatever else runs in the batch. Stop strings are not the engine's business: the
+    detokenizer, which sees text, handles them.
     """
 
     temperature: float = 0.0
@@ -30,10 +35,11 @@ class SamplingParams:
     top_p: float = 1.0
     max_tokens: int = 128
     ignore_eos: bool = False
+    seed: int | None = None
 
     def __post_init__(self) -> None:
-        """Reject out-of-range values with a ValueError that names the field."""
-        raise NotImplementedError("ch01: Reject out-of-range values with a ValueError that names the field.")
+        """Reject out-of-range values with an InvalidRequestError that names the field."""
+        raise NotImplementedError("ch01: Reject out-of-range values with an InvalidRequestError that names the field.")
 
     @property
     def is_greedy(self) -> bool:
@@ -94,8 +100,10 @@ class Req:
         raise NotImplementedError("ch01: Append the sampled token to the CPU copy of the sequence.")
 
     def __repr__(self) -> str:
-        return (f"Req(uid={self.uid}, table_idx={self.table_idx}, cached_len={self.cached_len}, "
-                f"device_len={self.device_len}, max_device_len={self.max_device_len})")
+        return (
+            f"Req(uid={self.uid}, table_idx={self.table_idx}, cached_len={self.cached_len}, "
+            f"device_len={self.device_len}, max_device_len={self.max_device_len})"
+        )
 
 
 @dataclass

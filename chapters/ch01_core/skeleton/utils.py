@@ -4,12 +4,29 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Sequence
+
+import torch
 
 
 def div_ceil(a: int, b: int) -> int:
     """Ceiling division for non-negative integers: how many pages of size b hold a tokens."""
     return -(-a // b)
+
+
+def make_device_tensor(
+    data: Sequence[int] | Sequence[float] | torch.Tensor, dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
+    """Copy host data (a list, or a CPU tensor) to `device` without making the CPU wait.
+
+    On a GPU a copy from ordinary (pageable) memory blocks the CPU until it is done, which
+    would stall the overlap scheduler; a copy from pinned (page-locked) memory with
+    non_blocking=True is only queued. CPUs have no pinned memory, and need no copy at all.
+    """
+    host = torch.as_tensor(data, dtype=dtype)
+    if device.type == "cpu":
+        return host
+    return host.pin_memory().to(device, non_blocking=True)
 
 
 class MinisglError(Exception):

@@ -1,6 +1,6 @@
 """Every environment switch of minisgl, in one place.
 
-    MINISGL_DISABLE_OVERLAP=1   run the scheduler's plain loop instead of overlap scheduling
+MINISGL_DISABLE_OVERLAP=1   run the scheduler's plain loop instead of overlap scheduling
 """
 
 from __future__ import annotations

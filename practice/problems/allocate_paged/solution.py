@@ -11,7 +11,7 @@ def allocate_paged(self: CacheManager, reqs: list[Req]) -> None:
     """Give every request the pages its next forward writes into.
 
     A request owns pages [0, ceil(cached_len / page)) already; positions up to device_len
-    need pages up to ceil(device_len / page). Take the missing pages with self._take_pages
+    need pages up to ceil(device_len / page). Take the missing pages with self._allocate
     and write their slots into the request's row of self.page_table.
     """
     rows, cols, spans = [], [], []
@@ -25,7 +25,7 @@ def allocate_paged(self: CacheManager, reqs: list[Req]) -> None:
             spans.append(last_page - first_page)
     if not spans:
         return
-    pages = self._take_pages(sum(spans))
+    pages = self._allocate(sum(spans))
     slots = (pages[:, None] + torch.arange(self.page_size, device=self.device)).flatten()
     row_index = torch.cat(rows).to(self.device)
     col_index = torch.cat(cols).to(self.device)

@@ -11,7 +11,7 @@ def allocate_paged(self: CacheManager, reqs: list[Req]) -> None:
     """Give every request the pages its next forward writes into.
 
     A request owns pages [0, ceil(cached_len / page)) already; positions up to device_len
-    need pages up to ceil(device_len / page). Take the missing pages with self._take_pages
+    need pages up to ceil(device_len / page). Take the missing pages with self._allocate
     and write their slots into the request's row of self.page_table.
     """
     raise NotImplementedError("take the missing pages and write their slots into the page table")

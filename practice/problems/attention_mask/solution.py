@@ -10,5 +10,7 @@ def attention_mask(ledgers: list[tuple[int, int]]) -> list[list[list[bool]]]:
         raise ValueError(f"invalid batch: {ledgers}")
     max_extend = max(device - cached for cached, device in ledgers)
     max_seq = max(device for _, device in ledgers)
-    return [[[j <= cached + i for j in range(max_seq)] for i in range(max_extend)]
-            for cached, _ in ledgers]
+    return [
+        [[j <= cached + i for j in range(max_seq)] for i in range(max_extend)]
+        for cached, _ in ledgers
+    ]

@@ -1,5 +1,6 @@
-def plan_prefill(prompt_lens: list[int],
-                 max_extend_tokens: int) -> list[list[tuple[int, int, int]]]:
+def plan_prefill(
+    prompt_lens: list[int], max_extend_tokens: int
+) -> list[list[tuple[int, int, int]]]:
     """The prefill batches that compute these prompts: for each step, (uid, start, end) of
     the prompt tokens each request computes in it."""
     waiting = [[uid, 0] for uid in range(len(prompt_lens))]  # uid, tokens computed so far

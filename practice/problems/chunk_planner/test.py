@@ -6,8 +6,10 @@ from submission import plan_prefill
 def check(prompt_lens, max_extend_tokens, expected):
     got = plan_prefill(list(prompt_lens), max_extend_tokens)
     got = [[tuple(chunk) for chunk in step] for step in got]
-    assert got == expected, (f"plan_prefill({prompt_lens}, max_extend_tokens={max_extend_tokens})"
-                             f"\nexpected {expected}\ngot      {got}")
+    assert got == expected, (
+        f"plan_prefill({prompt_lens}, max_extend_tokens={max_extend_tokens})"
+        f"\nexpected {expected}\ngot      {got}"
+    )
 
 
 def test_example_one_long_prompt():
@@ -35,13 +37,15 @@ def test_a_budget_of_one_token():
 
 
 def test_the_chunked_request_comes_first_in_the_next_step():
-    check([10, 30, 5, 5], 20,
-          [[(0, 0, 10), (1, 0, 10)], [(1, 10, 30)], [(2, 0, 5), (3, 0, 5)]])
+    check([10, 30, 5, 5], 20, [[(0, 0, 10), (1, 0, 10)], [(1, 10, 30)], [(2, 0, 5), (3, 0, 5)]])
 
 
 def test_several_long_prompts():
-    check([250, 130], 100,
-          [[(0, 0, 100)], [(0, 100, 200)], [(0, 200, 250), (1, 0, 50)], [(1, 50, 130)]])
+    check(
+        [250, 130],
+        100,
+        [[(0, 0, 100)], [(0, 100, 200)], [(0, 200, 250), (1, 0, 50)], [(1, 50, 130)]],
+    )
 
 
 def test_no_prompts():

@@ -49,7 +49,8 @@ def test_example_active_inside_only():
         assert get_global_ctx() is ctx, "inside the block get_global_ctx() must be the context"
         assert ctx.batch is batch, "inside the block ctx.batch must be the batch"
     assert no_active_context() and ctx._batch is None, (
-        "after the block no context may be active and ctx._batch must be None")
+        "after the block no context may be active and ctx._batch must be None"
+    )
 
 
 def test_reset_even_when_the_block_raises():
@@ -58,7 +59,8 @@ def test_reset_even_when_the_block_raises():
         with forward_batch(ctx, Batch([], "prefill")):
             1 / 0
     assert no_active_context() and ctx._batch is None, (
-        "an exception inside the block must still reset core._ACTIVE_CTX and ctx._batch")
+        "an exception inside the block must still reset core._ACTIVE_CTX and ctx._batch"
+    )
     with forward_batch(ctx, Batch([], "decode")):  # and the context works again
         assert get_global_ctx() is ctx
 
@@ -72,8 +74,9 @@ def test_nesting_the_same_context_raises():
         except RuntimeError:
             pass
         else:
-            raise AssertionError("a nested forward_batch on the same context must raise "
-                                 "RuntimeError")
+            raise AssertionError(
+                "a nested forward_batch on the same context must raise RuntimeError"
+            )
         assert get_global_ctx() is ctx, "a refused nested call must leave the outer one active"
 
 
@@ -86,21 +89,30 @@ def test_nesting_another_context_raises():
         except RuntimeError:
             pass
         else:
-            raise AssertionError("forward_batch while another context is active must raise "
-                                 "RuntimeError")
+            raise AssertionError(
+                "forward_batch while another context is active must raise RuntimeError"
+            )
         assert get_global_ctx() is outer and inner._batch is None, (
-            "a refused call must change neither context")
+            "a refused call must change neither context"
+        )
 
 
 def test_the_engine_runs_inside_your_context(monkeypatch):
     from minisgl.llm import LLM
 
-    llm = LLM(str(model_dir("tiny-qwen3")), num_pages=256, max_running_req=2, max_seq_len=64,
-              cache_type="naive", show_progress=False)
+    llm = LLM(
+        str(model_dir("tiny-qwen3")),
+        num_pages=256,
+        max_running_req=2,
+        max_seq_len=64,
+        cache_type="naive",
+        show_progress=False,
+    )
     prompts, params = [[1, 2, 3, 4, 5], [7, 8, 9]], SamplingParams(max_tokens=5, ignore_eos=True)
     want = [o["token_ids"] for o in llm.generate(prompts, params)]
     monkeypatch.setattr(Context, "forward_batch", forward_batch)
     got = [o["token_ids"] for o in llm.generate(prompts, params)]
-    assert got == want, (f"LLM.generate on tiny-qwen3 with your forward_batch:\n"
-                         f"expected {want}\ngot      {got}")
+    assert got == want, (
+        f"LLM.generate on tiny-qwen3 with your forward_batch:\nexpected {want}\ngot      {got}"
+    )
     assert no_active_context(), "after generate no context may be active"

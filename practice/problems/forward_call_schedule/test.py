@@ -7,7 +7,8 @@ def check(prompt_len, max_new_tokens, eos_at, expected):
     got = forward_calls(prompt_len, max_new_tokens, eos_at)
     assert list(map(tuple, got)) == expected, (
         f"forward_calls({prompt_len}, {max_new_tokens}, eos_at={eos_at}): "
-        f"expected {expected}, got {got}")
+        f"expected {expected}, got {got}"
+    )
 
 
 def test_example_three_tokens():
@@ -46,8 +47,11 @@ def test_the_last_token_never_enters_the_cache():
     calls = forward_calls(100, 50)
     fed = sum(n for _, n in calls)
     assert len(calls) == 50, f"forward_calls(100, 50): expected 50 calls, got {len(calls)}"
-    assert fed == 149, (f"forward_calls(100, 50) feeds {fed} tokens in all; expected 149: the "
-                        "prompt plus every generated token but the last")
+    assert fed == 149, (
+        f"forward_calls(100, 50) feeds {fed} tokens in all; expected 149: the "
+        "prompt plus every generated token but the last"
+    )
     last = calls[-1]
-    assert tuple(last) == (148, 1), (f"forward_calls(100, 50): last call expected (148, 1), "
-                                     f"got {last}")
+    assert tuple(last) == (148, 1), (
+        f"forward_calls(100, 50): last call expected (148, 1), got {last}"
+    )

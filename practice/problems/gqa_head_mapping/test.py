@@ -8,7 +8,8 @@ from submission import kv_head_for_query_heads
 def check(num_heads, num_kv_heads, expected):
     got = kv_head_for_query_heads(num_heads, num_kv_heads)
     assert list(got) == expected, (
-        f"kv_head_for_query_heads({num_heads}, {num_kv_heads}): expected {expected}, got {got}")
+        f"kv_head_for_query_heads({num_heads}, {num_kv_heads}): expected {expected}, got {got}"
+    )
 
 
 def test_example_smollm2():
@@ -39,7 +40,10 @@ def test_heads_that_do_not_group_raise(num_heads, num_kv_heads):
     except ValueError:
         return
     except Exception as error:  # noqa: BLE001 - the message names what was raised instead
-        raise AssertionError(f"kv_head_for_query_heads({num_heads}, {num_kv_heads}): expected "
-                             f"ValueError, got {type(error).__name__}: {error}") from None
-    raise AssertionError(f"kv_head_for_query_heads({num_heads}, {num_kv_heads}): expected "
-                         f"ValueError, got {got}")
+        raise AssertionError(
+            f"kv_head_for_query_heads({num_heads}, {num_kv_heads}): expected "
+            f"ValueError, got {type(error).__name__}: {error}"
+        ) from None
+    raise AssertionError(
+        f"kv_head_for_query_heads({num_heads}, {num_kv_heads}): expected ValueError, got {got}"
+    )

@@ -15,8 +15,12 @@ from minisgl.core import SamplingParams
 from submission import llama3_inv_freq
 
 REFERENCE = rotary.llama3_inv_freq  # the engine's own, kept before any patching
-LLAMA3 = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-          "original_max_position_embeddings": 8192}
+LLAMA3 = {
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
 
 
 def model_dir(name: str) -> Path:
@@ -33,12 +37,15 @@ def check(head_dim: int, base: float, scaling: dict) -> None:
     got = llama3_inv_freq(head_dim, base, dict(scaling))
     assert isinstance(got, torch.Tensor) and got.shape == want.shape, (
         f"llama3_inv_freq({head_dim}, {base}, ...): expected shape {tuple(want.shape)}, got "
-        f"{getattr(got, 'shape', type(got).__name__)}")
+        f"{getattr(got, 'shape', type(got).__name__)}"
+    )
     assert got.dtype == torch.float32, f"expected float32, got {got.dtype}"
     bad = (~torch.isclose(got, want, rtol=1e-5, atol=0)).nonzero().flatten().tolist()
-    assert not bad, (f"llama3_inv_freq({head_dim}, {base}, {scaling}): pairs {bad[:5]} differ, "
-                     f"e.g. pair {bad[0]}: expected {want[bad[0]].item():.6g}, "
-                     f"got {got[bad[0]].item():.6g}")
+    assert not bad, (
+        f"llama3_inv_freq({head_dim}, {base}, {scaling}): pairs {bad[:5]} differ, "
+        f"e.g. pair {bad[0]}: expected {want[bad[0]].item():.6g}, "
+        f"got {got[bad[0]].item():.6g}"
+    )
 
 
 def test_example_llama3_8b():
@@ -47,7 +54,8 @@ def test_example_llama3_8b():
     want_last = (1.0 / 500000.0 ** (62 / 64)) / 8
     assert abs(got[-1].item() - want_last) < 1e-6 * want_last + 1e-12, (
         f"the slowest pair must be divided by factor 8: expected {want_last:.6g}, "
-        f"got {got[-1].item():.6g}")
+        f"got {got[-1].item():.6g}"
+    )
     check(64, 500000.0, LLAMA3)
 
 
@@ -58,13 +66,25 @@ def test_llama3_128_dims():
 def test_all_three_bands_with_a_short_original_context():
     # old = 64 puts pairs in every band for head_dim 16: kept, interpolated and scaled.
     check(16, 500000.0, {**LLAMA3, "original_max_position_embeddings": 64})
-    check(32, 10000.0, {"factor": 4.0, "low_freq_factor": 2.0, "high_freq_factor": 8.0,
-                        "original_max_position_embeddings": 256})
+    check(
+        32,
+        10000.0,
+        {
+            "factor": 4.0,
+            "low_freq_factor": 2.0,
+            "high_freq_factor": 8.0,
+            "original_max_position_embeddings": 256,
+        },
+    )
 
 
 def test_small_bases_and_factors():
-    scaling = {"factor": 2.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": 64}
+    scaling = {
+        "factor": 2.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64,
+    }
     check(8, 10000.0, scaling)
     check(64, 2.0, scaling)
 
@@ -83,20 +103,25 @@ def test_tiny_llama_builds_the_same_rotary_tables(monkeypatch):
     got = rotary.RotaryEmbedding(*args)
     for name in ("cos_cache", "sin_cache"):
         diff = (getattr(got, name) - getattr(want, name)).abs().max().item()
-        assert diff < 1e-5, (f"tiny-llama's RotaryEmbedding built with your function: {name} "
-                             f"differs from the engine's by up to {diff:.3g}")
+        assert diff < 1e-5, (
+            f"tiny-llama's RotaryEmbedding built with your function: {name} "
+            f"differs from the engine's by up to {diff:.3g}"
+        )
 
 
 def test_tiny_llama_generates_the_same_tokens(monkeypatch):
     from minisgl.llm import LLM
 
     path = str(model_dir("tiny-llama"))
-    kwargs = dict(num_pages=512, max_running_req=2, max_seq_len=256, cache_type="naive",
-                  show_progress=False)
+    kwargs = dict(
+        num_pages=512, max_running_req=2, max_seq_len=256, cache_type="naive", show_progress=False
+    )
     prompt = [(7 * i) % 1000 + 3 for i in range(150)]  # long: past old = 64
     params = SamplingParams(max_tokens=8, ignore_eos=True)
     want = LLM(path, **kwargs).generate([prompt], params)[0]["token_ids"]
     monkeypatch.setattr(rotary, "llama3_inv_freq", llama3_inv_freq)
     got = LLM(path, **kwargs).generate([prompt], params)[0]["token_ids"]
-    assert got == want, (f"tiny-llama built with your llama3_inv_freq, a 150-token prompt:\n"
-                         f"expected {want}\ngot      {got}")
+    assert got == want, (
+        f"tiny-llama built with your llama3_inv_freq, a 150-token prompt:\n"
+        f"expected {want}\ngot      {got}"
+    )

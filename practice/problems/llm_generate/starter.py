@@ -6,9 +6,12 @@ from minisgl.core import SamplingParams
 from minisgl.utils import InvalidRequestError
 
 
-def generate(self, prompts: Sequence[str] | Sequence[list[int]] | str,
-             sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
-             progress: bool = False) -> list[dict[str, Any]]:
+def generate(
+    self,
+    prompts: Sequence[str] | Sequence[list[int]] | str,
+    sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+    progress: bool = False,
+) -> list[dict[str, Any]]:
     """Generate for every prompt; one dict per prompt, in order: text, token_ids,
     prompt_token_ids, finish_reason ("stop" at EOS, "length" at max_tokens).
 

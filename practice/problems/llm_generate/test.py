@@ -37,8 +37,12 @@ from minisgl.utils import InvalidRequestError, RequestTooLongError
 from submission import generate
 
 KEYS = ("text", "token_ids", "prompt_token_ids", "finish_reason")
-PROMPTS = ["The capital of France is", "def fibonacci(n):", "Hi",
-           "Once upon a time, in a small village by the sea"]
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Hi",
+    "Once upon a time, in a small village by the sea",
+]
 
 
 def greedy(n: int, ignore_eos: bool = True) -> SamplingParams:
@@ -48,8 +52,15 @@ def greedy(n: int, ignore_eos: bool = True) -> SamplingParams:
 @pytest.fixture
 def llm():
     """A fresh engine per test: a failing generate may leave requests in the scheduler."""
-    return LLM(str(MODEL), device="cpu", show_progress=False, cache_type="naive",
-               enable_overlap=False, num_pages=64, max_running_req=2)
+    return LLM(
+        str(MODEL),
+        device="cpu",
+        show_progress=False,
+        cache_type="naive",
+        enable_overlap=False,
+        num_pages=64,
+        max_running_req=2,
+    )
 
 
 def reference(llm: LLM, prompts, params=None) -> list[dict]:
@@ -71,8 +82,9 @@ def theirs(llm: LLM, prompts, params=None) -> list[dict]:
 def compare(llm: LLM, prompts, params=None) -> list[dict]:
     expected = reference(llm, prompts, params)
     got = theirs(llm, prompts, params)
-    assert len(got) == len(expected), (f"generate({prompts!r}): expected {len(expected)} "
-                                       f"outputs, got {len(got)}")
+    assert len(got) == len(expected), (
+        f"generate({prompts!r}): expected {len(expected)} outputs, got {len(got)}"
+    )
     for i, (g, e) in enumerate(zip(got, expected)):
         assert g == e, f"generate({prompts!r}, {params!r}), output {i}:\nexpected {e}\ngot      {g}"
     return got
@@ -114,7 +126,8 @@ def test_finish_reason_stop_at_an_eos_token(llm):
     llm.scheduler.eos_token_ids = {eos_token}
     got = compare(llm, PROMPTS[:2], greedy(8, ignore_eos=False))
     assert got[0]["finish_reason"] == "stop" and got[0]["token_ids"][-1] == eos_token, (
-        f"EOS = {eos_token}: expected request 0 to stop at it, got {got[0]}")
+        f"EOS = {eos_token}: expected request 0 to stop at it, got {got[0]}"
+    )
 
 
 def test_an_eos_token_at_the_end_of_an_ignore_eos_request_is_a_length_finish(llm):
@@ -124,7 +137,8 @@ def test_an_eos_token_at_the_end_of_an_ignore_eos_request_is_a_length_finish(llm
     got = compare(llm, PROMPTS[:2], greedy(4))
     assert got[1]["finish_reason"] == "length", (
         f"ignore_eos=True: the request ran to max_tokens although its last token {last} is an "
-        f"EOS token: expected finish_reason 'length', got {got[1]['finish_reason']!r}")
+        f"EOS token: expected finish_reason 'length', got {got[1]['finish_reason']!r}"
+    )
 
 
 def test_a_wrong_number_of_params_raises_and_queues_nothing(llm):
@@ -139,7 +153,8 @@ def test_a_bad_request_anywhere_raises_before_any_is_queued(llm):
         generate(llm, PROMPTS, bad)
     assert not llm.scheduler.has_work, (
         "request 2 can never fit, so generate must raise before queueing requests 0 and 1: "
-        "they are still in the scheduler")
+        "they are still in the scheduler"
+    )
     compare(llm, PROMPTS[:2], greedy(3))  # and the engine is still usable
 
 
@@ -150,4 +165,6 @@ def test_an_empty_prompt_is_rejected(llm):
 
 
 def test_more_prompts_than_rows(llm):
-    compare(llm, PROMPTS + ["The sun is", "Water boils at"], [greedy(n) for n in (2, 5, 1, 3, 4, 2)])
+    compare(
+        llm, PROMPTS + ["The sun is", "Water boils at"], [greedy(n) for n in (2, 5, 1, 3, 4, 2)]
+    )

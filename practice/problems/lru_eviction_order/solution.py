@@ -1,8 +1,9 @@
 import heapq
 
 
-def eviction_order(nodes: dict[str, tuple[str | None, int, int, int]],
-                   num_tokens: int) -> list[str]:
+def eviction_order(
+    nodes: dict[str, tuple[str | None, int, int, int]], num_tokens: int
+) -> list[str]:
     """Names of the nodes evicted, in order, to free at least num_tokens tokens.
 
     nodes[name] = (parent name or None for a child of the root, tokens, last_access, ref_count).
@@ -17,8 +18,11 @@ def eviction_order(nodes: dict[str, tuple[str | None, int, int, int]],
     for parent, _, _, _ in nodes.values():
         if parent is not None:
             children[parent] += 1
-    heap = [(last, name) for name, (_, _, last, ref) in nodes.items()
-            if ref == 0 and children[name] == 0]
+    heap = [
+        (last, name)
+        for name, (_, _, last, ref) in nodes.items()
+        if ref == 0 and children[name] == 0
+    ]
     heapq.heapify(heap)
     order: list[str] = []
     evicted = 0

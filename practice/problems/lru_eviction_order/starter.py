@@ -1,5 +1,6 @@
-def eviction_order(nodes: dict[str, tuple[str | None, int, int, int]],
-                   num_tokens: int) -> list[str]:
+def eviction_order(
+    nodes: dict[str, tuple[str | None, int, int, int]], num_tokens: int
+) -> list[str]:
     """Names of the nodes evicted, in order, to free at least num_tokens tokens.
 
     nodes[name] = (parent name or None for a child of the root, tokens, last_access, ref_count).

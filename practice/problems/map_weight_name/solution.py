@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 
-def map_weight_name(name: str,
-                    name_map: dict[str, tuple[str, int | None]]) -> tuple[str, int | None]:
+def map_weight_name(
+    name: str, name_map: dict[str, tuple[str, int | None]]
+) -> tuple[str, int | None]:
     """Checkpoint tensor name -> (our parameter name, shard of a merged matrix or None)."""
     for fragment, (ours, shard) in name_map.items():
         if fragment in name:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 
-def map_weight_name(name: str,
-                    name_map: dict[str, tuple[str, int | None]]) -> tuple[str, int | None]:
+def map_weight_name(
+    name: str, name_map: dict[str, tuple[str, int | None]]
+) -> tuple[str, int | None]:
     """Checkpoint tensor name -> (our parameter name, shard of a merged matrix or None)."""
     raise NotImplementedError("apply the first fragment of name_map that occurs in name")

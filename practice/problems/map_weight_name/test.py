@@ -29,30 +29,40 @@ def model_dir(name: str) -> Path:
 
 def check(name: str, name_map: dict, expected: tuple) -> None:
     got = map_weight_name(name, dict(name_map))
-    assert tuple(got) == expected, (f"map_weight_name({name!r}, ...): expected {expected}, "
-                                    f"got {got}")
+    assert tuple(got) == expected, f"map_weight_name({name!r}, ...): expected {expected}, got {got}"
 
 
 def test_example_k_proj():
-    check("model.layers.0.self_attn.k_proj.weight", LLAMA_MAP,
-          ("model.layers.0.self_attn.qkv_proj.weight", 1))
+    check(
+        "model.layers.0.self_attn.k_proj.weight",
+        LLAMA_MAP,
+        ("model.layers.0.self_attn.qkv_proj.weight", 1),
+    )
 
 
 def test_example_unmapped_name():
     check("model.norm.weight", LLAMA_MAP, ("model.norm.weight", None))
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("model.layers.11.self_attn.q_proj.bias", ("model.layers.11.self_attn.qkv_proj.bias", 0)),
-    ("model.layers.3.self_attn.v_proj.weight", ("model.layers.3.self_attn.qkv_proj.weight", 2)),
-    ("model.layers.0.mlp.gate_proj.weight", ("model.layers.0.mlp.gate_up_proj.weight", 0)),
-    ("model.layers.0.mlp.up_proj.weight", ("model.layers.0.mlp.gate_up_proj.weight", 1)),
-    ("model.layers.1.self_attn.q_norm.weight",
-     ("model.layers.1.self_attn.attn.q_norm.weight", None)),
-    ("model.layers.0.self_attn.o_proj.weight", ("model.layers.0.self_attn.o_proj.weight", None)),
-    ("model.layers.0.mlp.down_proj.weight", ("model.layers.0.mlp.down_proj.weight", None)),
-    ("model.embed_tokens.weight", ("model.embed_tokens.weight", None)),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("model.layers.11.self_attn.q_proj.bias", ("model.layers.11.self_attn.qkv_proj.bias", 0)),
+        ("model.layers.3.self_attn.v_proj.weight", ("model.layers.3.self_attn.qkv_proj.weight", 2)),
+        ("model.layers.0.mlp.gate_proj.weight", ("model.layers.0.mlp.gate_up_proj.weight", 0)),
+        ("model.layers.0.mlp.up_proj.weight", ("model.layers.0.mlp.gate_up_proj.weight", 1)),
+        (
+            "model.layers.1.self_attn.q_norm.weight",
+            ("model.layers.1.self_attn.attn.q_norm.weight", None),
+        ),
+        (
+            "model.layers.0.self_attn.o_proj.weight",
+            ("model.layers.0.self_attn.o_proj.weight", None),
+        ),
+        ("model.layers.0.mlp.down_proj.weight", ("model.layers.0.mlp.down_proj.weight", None)),
+        ("model.embed_tokens.weight", ("model.embed_tokens.weight", None)),
+    ],
+)
 def test_llama_names(name, expected):
     check(name, LLAMA_MAP, expected)
 
@@ -80,18 +90,21 @@ def test_load_weights_with_your_mapping(model, monkeypatch):
     want_params = dict(want.named_parameters())
     for name, param in got.named_parameters():
         assert torch.equal(param, want_params[name]), (
-            f"{model} loaded with your map_weight_name: parameter {name} differs")
+            f"{model} loaded with your map_weight_name: parameter {name} differs"
+        )
 
 
 def test_tiny_qwen3_generates_the_same_tokens(monkeypatch):
     from minisgl.llm import LLM
 
     path = str(model_dir("tiny-qwen3"))
-    kwargs = dict(num_pages=256, max_running_req=2, max_seq_len=64, cache_type="naive",
-                  show_progress=False)
+    kwargs = dict(
+        num_pages=256, max_running_req=2, max_seq_len=64, cache_type="naive", show_progress=False
+    )
     params = SamplingParams(max_tokens=6, ignore_eos=True)
     want = LLM(path, **kwargs).generate([[1, 2, 3, 4, 5]], params)[0]["token_ids"]
     monkeypatch.setattr(weight, "map_weight_name", map_weight_name)
     got = LLM(path, **kwargs).generate([[1, 2, 3, 4, 5]], params)[0]["token_ids"]
-    assert got == want, (f"tiny-qwen3 loaded with your map_weight_name:\nexpected {want}\n"
-                         f"got      {got}")
+    assert got == want, (
+        f"tiny-qwen3 loaded with your map_weight_name:\nexpected {want}\ngot      {got}"
+    )

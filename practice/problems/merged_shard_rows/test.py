@@ -56,6 +56,8 @@ def test_missing_shards_raise(shard):
     except ValueError:
         return
     except Exception as error:  # noqa: BLE001
-        raise AssertionError(f"shard_rows({sizes}, {shard}): expected ValueError, got "
-                             f"{type(error).__name__}: {error}") from None
+        raise AssertionError(
+            f"shard_rows({sizes}, {shard}): expected ValueError, got "
+            f"{type(error).__name__}: {error}"
+        ) from None
     raise AssertionError(f"shard_rows({sizes}, {shard}): expected ValueError, got {got}")

@@ -4,6 +4,6 @@ from minisgl.scheduler.scheduler import Scheduler
 from minisgl.scheduler.utils import TokenOutput
 
 
-def overlap_step(self: Scheduler) -> list[TokenOutput]:
+def overlap_loop(self: Scheduler) -> list[TokenOutput]:
     """Launch batch N+1, then process batch N while the device computes N+1."""
     raise NotImplementedError("schedule and launch the next batch, then process the last one")

@@ -33,10 +33,12 @@ def test_slots_are_distinct_and_inside_the_block():
     lens = [7, 3, 9, 1, 9]
     slots, last, max_extend = padded_layout(lens)
     assert len(slots) == sum(lens) and len(set(slots)) == len(slots), (
-        f"padded_layout({lens}): query_slots must give each of the {sum(lens)} tokens its own row")
+        f"padded_layout({lens}): query_slots must give each of the {sum(lens)} tokens its own row"
+    )
     assert max(slots) < len(lens) * max_extend, "a slot falls outside the padded block"
-    assert last == [6, 9, 18, 19, 28], f"padded_layout({lens}): last_indices expected " \
-                                       f"[6, 9, 18, 19, 28], got {last}"
+    assert last == [6, 9, 18, 19, 28], (
+        f"padded_layout({lens}): last_indices expected [6, 9, 18, 19, 28], got {last}"
+    )
 
 
 @pytest.mark.parametrize("lens", [[], [2, 0], [-1]])
@@ -46,6 +48,7 @@ def test_invalid_batches_raise(lens):
     except ValueError:
         return
     except Exception as error:  # noqa: BLE001
-        raise AssertionError(f"padded_layout({lens}): expected ValueError, got "
-                             f"{type(error).__name__}: {error}") from None
+        raise AssertionError(
+            f"padded_layout({lens}): expected ValueError, got {type(error).__name__}: {error}"
+        ) from None
     raise AssertionError(f"padded_layout({lens}): expected ValueError, got {got}")

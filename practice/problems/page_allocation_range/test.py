@@ -5,16 +5,20 @@ from submission import pages_per_forward, pages_to_allocate
 
 def check_range(cached_len, device_len, page_size, expected):
     got = tuple(pages_to_allocate(cached_len, device_len, page_size))
-    assert got == expected, (f"pages_to_allocate(cached_len={cached_len}, device_len="
-                             f"{device_len}, page_size={page_size}): expected {expected}, "
-                             f"got {got}")
+    assert got == expected, (
+        f"pages_to_allocate(cached_len={cached_len}, device_len="
+        f"{device_len}, page_size={page_size}): expected {expected}, "
+        f"got {got}"
+    )
 
 
 def check_forwards(prompt_len, max_tokens, page_size, expected):
     got = list(pages_per_forward(prompt_len, max_tokens, page_size))
-    assert got == expected, (f"pages_per_forward(prompt_len={prompt_len}, max_tokens="
-                             f"{max_tokens}, page_size={page_size}): expected {expected}, "
-                             f"got {got}")
+    assert got == expected, (
+        f"pages_per_forward(prompt_len={prompt_len}, max_tokens="
+        f"{max_tokens}, page_size={page_size}): expected {expected}, "
+        f"got {got}"
+    )
 
 
 def test_example_a_forward_across_a_page_boundary():
@@ -59,6 +63,8 @@ def test_total_pages_is_the_last_token_position_rounded_up():
         got = sum(pages_per_forward(prompt_len, max_tokens, page_size))
         # the last forward writes position prompt_len + max_tokens - 2
         expected = -(-(prompt_len + max_tokens - 1) // page_size)
-        assert got == expected, (f"pages_per_forward({prompt_len}, {max_tokens}, {page_size}) "
-                                 f"sums to {got} pages; the request writes positions "
-                                 f"0..{prompt_len + max_tokens - 2}, which need {expected}")
+        assert got == expected, (
+            f"pages_per_forward({prompt_len}, {max_tokens}, {page_size}) "
+            f"sums to {got} pages; the request writes positions "
+            f"0..{prompt_len + max_tokens - 2}, which need {expected}"
+        )

@@ -5,8 +5,9 @@ from submission import token_slots
 
 def check(pages, page_size, num_tokens, expected):
     got = token_slots(list(pages), page_size, num_tokens)
-    assert list(got) == expected, (f"token_slots({pages}, {page_size}, {num_tokens}):\n"
-                                   f"expected {expected}\ngot      {got}")
+    assert list(got) == expected, (
+        f"token_slots({pages}, {page_size}, {num_tokens}):\nexpected {expected}\ngot      {got}"
+    )
 
 
 def test_example_three_pages_of_four():
@@ -36,7 +37,10 @@ def test_too_few_pages_raise():
         except ValueError:
             continue
         except Exception as error:  # noqa: BLE001
-            raise AssertionError(f"token_slots({pages}, {page_size}, {num_tokens}): expected "
-                                 f"ValueError, got {type(error).__name__}: {error}") from None
-        raise AssertionError(f"token_slots({pages}, {page_size}, {num_tokens}): expected "
-                             f"ValueError, got {got}")
+            raise AssertionError(
+                f"token_slots({pages}, {page_size}, {num_tokens}): expected "
+                f"ValueError, got {type(error).__name__}: {error}"
+            ) from None
+        raise AssertionError(
+            f"token_slots({pages}, {page_size}, {num_tokens}): expected ValueError, got {got}"
+        )

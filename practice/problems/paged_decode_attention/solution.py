@@ -7,9 +7,14 @@ import math
 import torch
 
 
-def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                     page_table: torch.Tensor, rows: list[int],
-                     seq_lens: list[int]) -> torch.Tensor:
+def decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    page_table: torch.Tensor,
+    rows: list[int],
+    seq_lens: list[int],
+) -> torch.Tensor:
     """q [batch, heads, d]; k/v_cache [slots, kv_heads, d]; request b's keys are at slots
     page_table[rows[b], :seq_lens[b]]. Returns [batch, heads, d]."""
     num_heads, head_dim = q.shape[1], q.shape[2]

@@ -34,8 +34,15 @@ def dense(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Te
     return torch.einsum("hn,nhd->hd", scores.softmax(-1), values)
 
 
-def check(seq_lens: list[int], rows: list[int], heads: int, kv_heads: int, head_dim: int = 16,
-          seed: int = 0, poison: bool = False) -> None:
+def check(
+    seq_lens: list[int],
+    rows: list[int],
+    heads: int,
+    kv_heads: int,
+    head_dim: int = 16,
+    seed: int = 0,
+    poison: bool = False,
+) -> None:
     gen = torch.Generator().manual_seed(seed)
     k_cache = torch.randn(NUM_SLOTS, kv_heads, head_dim, generator=gen)
     v_cache = torch.randn(NUM_SLOTS, kv_heads, head_dim, generator=gen)
@@ -47,17 +54,23 @@ def check(seq_lens: list[int], rows: list[int], heads: int, kv_heads: int, head_
     if poison:  # huge values in the stale slot: reading past seq_lens shows at once
         k_cache[stale], v_cache[stale] = 1e4, 1e4
     q = torch.randn(len(rows), heads, head_dim, generator=gen)
-    want = torch.stack([dense(q[b], k_cache[page_table[row, :n].long()],
-                              v_cache[page_table[row, :n].long()])
-                        for b, (row, n) in enumerate(zip(rows, seq_lens))])
+    want = torch.stack(
+        [
+            dense(q[b], k_cache[page_table[row, :n].long()], v_cache[page_table[row, :n].long()])
+            for b, (row, n) in enumerate(zip(rows, seq_lens))
+        ]
+    )
     got = decode_attention(q, k_cache, v_cache, page_table, list(rows), list(seq_lens))
     assert isinstance(got, torch.Tensor) and got.shape == want.shape, (
         f"decode_attention(rows={rows}, seq_lens={seq_lens}, heads {heads}/{kv_heads}): expected "
-        f"shape {tuple(want.shape)}, got {getattr(got, 'shape', type(got).__name__)}")
+        f"shape {tuple(want.shape)}, got {getattr(got, 'shape', type(got).__name__)}"
+    )
     diff = (got - want).abs().max().item()
-    assert diff < 1e-4, (f"decode_attention(rows={rows}, seq_lens={seq_lens}, heads "
-                         f"{heads}/{kv_heads}{', stale slots past seq_lens' if poison else ''}): "
-                         f"differs from dense attention by up to {diff:.3g}")
+    assert diff < 1e-4, (
+        f"decode_attention(rows={rows}, seq_lens={seq_lens}, heads "
+        f"{heads}/{kv_heads}{', stale slots past seq_lens' if poison else ''}): "
+        f"differs from dense attention by up to {diff:.3g}"
+    )
 
 
 def test_example_two_requests():
@@ -83,8 +96,14 @@ def test_reads_nothing_past_seq_len():
 def test_the_engine_decodes_with_your_attention(monkeypatch):
     from minisgl.llm import LLM
 
-    llm = LLM(str(model_dir("tiny-qwen3")), num_pages=256, max_running_req=4, max_seq_len=64,
-              cache_type="naive", show_progress=False)
+    llm = LLM(
+        str(model_dir("tiny-qwen3")),
+        num_pages=256,
+        max_running_req=4,
+        max_seq_len=64,
+        cache_type="naive",
+        show_progress=False,
+    )
     prompts = [[1, 2, 3, 4, 5, 6, 7], [9, 8], [40, 41, 42, 43]]
     params = SamplingParams(max_tokens=6, ignore_eos=True)
     want = [o["token_ids"] for o in llm.generate(prompts, params)]
@@ -95,13 +114,19 @@ def test_the_engine_decodes_with_your_attention(monkeypatch):
             return original(self, q, k, v, layer_id, batch)
         calls.append(batch.size)
         self.kv_cache.store_kv(k, v, batch.out_loc, layer_id)
-        return decode_attention(q, self.kv_cache.k_cache(layer_id),
-                                self.kv_cache.v_cache(layer_id), self.page_table,
-                                [r.table_idx for r in batch.reqs],
-                                [r.device_len for r in batch.reqs])
+        return decode_attention(
+            q,
+            self.kv_cache.k_cache(layer_id),
+            self.kv_cache.v_cache(layer_id),
+            self.page_table,
+            [r.table_idx for r in batch.reqs],
+            [r.device_len for r in batch.reqs],
+        )
 
     monkeypatch.setattr(TorchAttnBackend, "forward", forward)
     got = [o["token_ids"] for o in llm.generate(prompts, params)]
     assert calls, "the decode path was never used"
-    assert got == want, (f"LLM.generate({prompts}) on tiny-qwen3, decoding with your "
-                         f"decode_attention:\nexpected {want}\ngot      {got}")
+    assert got == want, (
+        f"LLM.generate({prompts}) on tiny-qwen3, decoding with your "
+        f"decode_attention:\nexpected {want}\ngot      {got}"
+    )

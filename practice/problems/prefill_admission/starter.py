@@ -5,6 +5,6 @@ from minisgl.scheduler.prefill import PrefillAdder
 from minisgl.scheduler.utils import PendingReq
 
 
-def try_add(self: PrefillAdder, pending: PendingReq) -> Req | None:
-    """Admit `pending` (or its next chunk) into the batch, or return None if it must wait."""
+def try_add_one(self: PrefillAdder, pending_req: PendingReq) -> Req | None:
+    """Admit `pending_req` (or its next chunk) into the batch, or return None if it must wait."""
     raise NotImplementedError("match + lock, check the worst case, take a row, or wait")

@@ -8,8 +8,9 @@ S = list(range(100, 110))
 def check(batches, page_size, expected):
     got = computed_prompt_tokens([[list(p) for p in b] for b in batches], page_size)
     got = [list(b) for b in got]
-    assert got == expected, (f"computed_prompt_tokens({batches}, page_size={page_size}): "
-                             f"expected {expected}, got {got}")
+    assert got == expected, (
+        f"computed_prompt_tokens({batches}, page_size={page_size}): expected {expected}, got {got}"
+    )
 
 
 def test_example_a_shared_system_prompt():

@@ -33,8 +33,9 @@ def setup(ledgers: list[tuple[int, int, int]], seed: int = 0):
     table = TableManager(ROWS, page_table)
     # Every (row, position) gets its own slot, scattered over the pool as paging leaves them.
     table.page_table[:] = torch.randperm(ROWS * MAX_SEQ_LEN, generator=gen).view(ROWS, MAX_SEQ_LEN)
-    table.token_pool[:] = torch.randint(0, 1000, (ROWS, MAX_SEQ_LEN), generator=gen,
-                                        dtype=torch.int32)
+    table.token_pool[:] = torch.randint(
+        0, 1000, (ROWS, MAX_SEQ_LEN), generator=gen, dtype=torch.int32
+    )
     reqs, positions, ids, locs = [], [], [], []
     for uid, (row, cached, device_len) in enumerate(ledgers):
         req = Req(table.token_pool[row, :device_len].clone(), row, cached, 4, uid, SamplingParams())
@@ -54,12 +55,15 @@ def check(ledgers):
         got = getattr(batch, field, None)
         assert isinstance(got, torch.Tensor), (
             f"ledgers (row, cached_len, device_len) {ledgers}: batch.{field} must be a tensor, "
-            f"got {type(got).__name__}")
+            f"got {type(got).__name__}"
+        )
         assert got.tolist() == want, (
             f"ledgers (row, cached_len, device_len) {ledgers}: batch.{field}\n"
-            f"expected {want}\ngot      {got.tolist()}")
+            f"expected {want}\ngot      {got.tolist()}"
+        )
     assert batch.positions.dtype == torch.int64, (
-        f"batch.positions must be int64 (it indexes the RoPE tables), got {batch.positions.dtype}")
+        f"batch.positions must be int64 (it indexes the RoPE tables), got {batch.positions.dtype}"
+    )
 
 
 def test_example_one_request_with_a_cached_prefix():
@@ -71,7 +75,8 @@ def test_example_one_request_with_a_cached_prefix():
     prepare_inputs(table, batch)
     got = (batch.positions.tolist(), batch.input_ids.tolist(), batch.out_loc.tolist())
     assert got == ([4, 5], [8, 9], [12, 13]), (
-        f"(positions, input_ids, out_loc): expected ([4, 5], [8, 9], [12, 13]), got {got}")
+        f"(positions, input_ids, out_loc): expected ([4, 5], [8, 9], [12, 13]), got {got}"
+    )
 
 
 def test_example_prefill_of_two_requests():
@@ -94,8 +99,13 @@ def test_rows_in_any_order():
 def test_the_scheduler_runs_on_your_inputs(monkeypatch, page_size):
     from minisgl.llm import LLM
 
-    kwargs = dict(num_pages=256 // page_size, page_size=page_size, max_running_req=4,
-                  max_seq_len=64, show_progress=False)
+    kwargs = dict(
+        num_pages=256 // page_size,
+        page_size=page_size,
+        max_running_req=4,
+        max_seq_len=64,
+        show_progress=False,
+    )
     shared = [3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46]
     prompts = [shared + [1, 2], shared + [5], [9, 9, 9], shared + [7, 7, 7, 7, 7]]
     params = SamplingParams(max_tokens=5, ignore_eos=True)
@@ -103,8 +113,12 @@ def test_the_scheduler_runs_on_your_inputs(monkeypatch, page_size):
     want = [o["token_ids"] for o in llm.generate(prompts, params)]
     monkeypatch.setattr(TableManager, "prepare_inputs", prepare_inputs)
     got_cached = [o["token_ids"] for o in llm.generate(prompts, params)]  # prefix-cache hits
-    got_fresh = [o["token_ids"] for o in LLM(str(model_dir("tiny-qwen3")), **kwargs).generate(
-        prompts, params)]
+    got_fresh = [
+        o["token_ids"]
+        for o in LLM(str(model_dir("tiny-qwen3")), **kwargs).generate(prompts, params)
+    ]
     for label, got in (("on a fresh engine", got_fresh), ("with prefix-cache hits", got_cached)):
-        assert got == want, (f"LLM.generate (page_size {page_size}, radix cache) {label} with "
-                             f"your prepare_inputs:\nexpected {want}\ngot      {got}")
+        assert got == want, (
+            f"LLM.generate (page_size {page_size}, radix cache) {label} with "
+            f"your prepare_inputs:\nexpected {want}\ngot      {got}"
+        )

@@ -13,10 +13,14 @@ def evict(self: RadixPrefixCache, num_tokens: int) -> torch.Tensor:
     if num_tokens <= 0:
         return self.root.value
     if num_tokens > self._evictable_size:
-        raise RuntimeError(f"cannot evict {num_tokens} tokens: only "
-                           f"{self._evictable_size} are evictable")
-    leaves = [(n.last_access, id(n), n) for n in self._nodes()
-              if n.is_leaf and n.ref_count == 0 and n is not self.root]
+        raise RuntimeError(
+            f"cannot evict {num_tokens} tokens: only {self._evictable_size} are evictable"
+        )
+    leaves = [
+        (n.last_access, id(n), n)
+        for n in self._nodes()
+        if n.is_leaf and n.ref_count == 0 and n is not self.root
+    ]
     heapq.heapify(leaves)
     freed: list[torch.Tensor] = []
     evicted = 0

@@ -60,11 +60,13 @@ def check_evict(cache: RadixPrefixCache, num_tokens: int, expected_slots: list[i
     assert isinstance(got, torch.Tensor), f"evict must return a tensor, got {type(got).__name__}"
     assert sorted(got.tolist()) == sorted(expected_slots), (
         f"{what}: evict({num_tokens}) should free slots {sorted(expected_slots)}, "
-        f"got {sorted(got.tolist())}")
+        f"got {sorted(got.tolist())}"
+    )
     after = cache.size_info.evictable_size
     assert after == before - len(expected_slots), (
         f"{what}: evictable size went from {before} to {after}, expected "
-        f"{before - len(expected_slots)}")
+        f"{before - len(expected_slots)}"
+    )
     cache.check_integrity()
 
 
@@ -72,10 +74,19 @@ def run(monkeypatch, patched: bool, num_pages: int, page_size: int):
     with monkeypatch.context() as m:
         if patched:
             m.setattr(RadixPrefixCache, "evict", evict)
-        sched = Scheduler(SchedulerConfig(str(MODEL), device="cpu", show_progress=False,
-                                          cache_type="radix", enable_overlap=False,
-                                          page_size=page_size, num_pages=num_pages,
-                                          max_running_req=3, max_extend_tokens=7))
+        sched = Scheduler(
+            SchedulerConfig(
+                str(MODEL),
+                device="cpu",
+                show_progress=False,
+                cache_type="radix",
+                enable_overlap=False,
+                page_size=page_size,
+                num_pages=num_pages,
+                max_running_req=3,
+                max_extend_tokens=7,
+            )
+        )
         evictions = []
         original = sched.cache_manager.prefix_cache.evict
 
@@ -88,7 +99,8 @@ def run(monkeypatch, patched: bool, num_pages: int, page_size: int):
         trace = [(9, 5), (6, 4), (11, 6), (3, 3), (8, 5), (13, 2), (5, 4), (4, 3)]
         for i, (extra, max_tokens) in enumerate(trace):
             ids = (system if i % 2 == 0 else system[:6]) + [
-                (31 * i + 13 * j) % 3000 + 5 for j in range(extra)]
+                (31 * i + 13 * j) % 3000 + 5 for j in range(extra)
+            ]
             sched.add_request(ids, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
         outputs = []
         while sched.has_work:
@@ -103,12 +115,18 @@ def compare(monkeypatch, num_pages: int, page_size: int):
     got = run(monkeypatch, True, num_pages, page_size)
     what = f"{num_pages} pages of {page_size}, radix cache"
     assert any(n > 0 for n in expected[3]), "the trace should evict (grader bug)"
-    assert got[2] == expected[2], (f"{what}: prompt tokens computed: expected {expected[2]}, got "
-                                   f"{got[2]} (the cache kept other prefixes than LRU would)")
-    assert got[1] == expected[1], (f"{what}: batches (phase, requests, tokens) per step\n"
-                                   f"expected {expected[1]}\ngot      {got[1]}")
-    assert got[0] == expected[0], (f"{what}: outputs (uid, token, finished) per step\n"
-                                   f"expected {expected[0]}\ngot      {got[0]}")
+    assert got[2] == expected[2], (
+        f"{what}: prompt tokens computed: expected {expected[2]}, got "
+        f"{got[2]} (the cache kept other prefixes than LRU would)"
+    )
+    assert got[1] == expected[1], (
+        f"{what}: batches (phase, requests, tokens) per step\n"
+        f"expected {expected[1]}\ngot      {got[1]}"
+    )
+    assert got[0] == expected[0], (
+        f"{what}: outputs (uid, token, finished) per step\n"
+        f"expected {expected[0]}\ngot      {got[0]}"
+    )
 
 
 # --- samples ---------------------------------------------------------------------------------

@@ -26,7 +26,9 @@ def shape(node, page_size, path="root"):
         where = f"{path} -> {child.key}"
         assert child.parent is node, f"{where}: its parent pointer is not the node above it"
         assert first == tuple(child.key[:page_size]), (
-            f"{where}: registered under {first}, but its first page is {tuple(child.key[:page_size])}")
+            f"{where}: registered under {first}, "
+            f"but its first page is {tuple(child.key[:page_size])}"
+        )
         kids.append(shape(child, page_size, where))
     return (node.key, sorted(kids))
 
@@ -39,8 +41,12 @@ def check(spec, ids, page_size, expected_matched, expected_key, expected_spec):
     root, _ = build(spec, page_size)
     node, matched = match_prefix(root, list(ids), page_size)
     call = f"match_prefix(tree {spec}, ids={ids}, page_size={page_size})"
-    assert matched == expected_matched, f"{call}: expected {expected_matched} tokens matched, got {matched}"
-    assert node.key == expected_key, f"{call}: expected to end at the node with key {expected_key}, got {node.key}"
+    assert matched == expected_matched, (
+        f"{call}: expected {expected_matched} tokens matched, got {matched}"
+    )
+    assert node.key == expected_key, (
+        f"{call}: expected to end at the node with key {expected_key}, got {node.key}"
+    )
     got = shape(root, page_size)
     want = tree(expected_spec)
     assert got == want, f"{call}: the tree afterwards\nexpected {want}\ngot      {got}"
@@ -52,8 +58,14 @@ def test_example_split_inside_an_edge():
 
 
 def test_example_a_whole_edge_then_a_child():
-    check([([1, 2], [([3, 4], []), ([5, 6], [])])], [1, 2, 5, 6, 7], 1, 4, [5, 6],
-          [([1, 2], [([3, 4], []), ([5, 6], [])])])
+    check(
+        [([1, 2], [([3, 4], []), ([5, 6], [])])],
+        [1, 2, 5, 6, 7],
+        1,
+        4,
+        [5, 6],
+        [([1, 2], [([3, 4], []), ([5, 6], [])])],
+    )
 
 
 def test_nothing_matches():
@@ -74,8 +86,7 @@ def test_ids_equal_to_an_edge_split_nothing():
 
 
 def test_pages_round_the_match_down():
-    check([([1, 2, 3, 4, 5, 6], [])], [1, 2, 3, 9], 2, 2, [1, 2],
-          [([1, 2], [([3, 4, 5, 6], [])])])
+    check([([1, 2, 3, 4, 5, 6], [])], [1, 2, 3, 9], 2, 2, [1, 2], [([1, 2], [([3, 4, 5, 6], [])])])
 
 
 def test_a_partial_first_page_matches_nothing():
@@ -84,14 +95,26 @@ def test_a_partial_first_page_matches_nothing():
 
 
 def test_a_partial_last_page_is_not_matched():
-    check([([1, 2, 3, 4], [([5, 6], [])])], [1, 2, 3, 4, 5], 2, 4, [1, 2, 3, 4],
-          [([1, 2, 3, 4], [([5, 6], [])])])
+    check(
+        [([1, 2, 3, 4], [([5, 6], [])])],
+        [1, 2, 3, 4, 5],
+        2,
+        4,
+        [1, 2, 3, 4],
+        [([1, 2, 3, 4], [([5, 6], [])])],
+    )
 
 
 def test_deep_walk_then_split():
     spec = [([1, 2], [([3, 4, 5, 6], [([7, 8], [])]), ([9, 9], [])])]
-    check(spec, [1, 2, 3, 4, 5, 6, 7, 0], 1, 7, [7],
-          [([1, 2], [([3, 4, 5, 6], [([7], [([8], [])])]), ([9, 9], [])])])
+    check(
+        spec,
+        [1, 2, 3, 4, 5, 6, 7, 0],
+        1,
+        7,
+        [7],
+        [([1, 2], [([3, 4, 5, 6], [([7], [([8], [])])]), ([9, 9], [])])],
+    )
 
 
 def test_the_existing_node_keeps_the_lower_part():
@@ -100,7 +123,8 @@ def test_the_existing_node_keeps_the_lower_part():
     node, matched = match_prefix(root, [1, 2, 8], 1)
     assert lower.key == [3, 4] and lower.parent is node, (
         "after the split the existing node must keep the lower part [3, 4] and hang below the "
-        f"new node; it has key {lower.key}")
+        f"new node; it has key {lower.key}"
+    )
     assert node is not lower and node.parent is root, "the new upper node must hang from the root"
     assert list(lower.children.values())[0].key == [5], "the existing node keeps its children"
 
@@ -110,4 +134,6 @@ def test_sibling_with_the_same_first_page_after_a_split_is_unambiguous():
     match_prefix(root, [1, 2, 5, 6], 2)
     assert list(root.children) == [(1, 2)], f"the root's children are keyed {list(root.children)}"
     (upper,) = root.children.values()
-    assert list(upper.children) == [(3, 4)], f"the new node's children are keyed {list(upper.children)}"
+    assert list(upper.children) == [(3, 4)], (
+        f"the new node's children are keyed {list(upper.children)}"
+    )

@@ -1,5 +1,6 @@
-def check_request_fits(prompt_len: int, max_tokens: int, max_seq_len: int,
-                       num_pages: int, page_size: int) -> str:
+def check_request_fits(
+    prompt_len: int, max_tokens: int, max_seq_len: int, num_pages: int, page_size: int
+) -> str:
     """'empty', 'max_seq_len', 'pool' (checked in this order) or 'ok'."""
     raise NotImplementedError("check the prompt, the page-table row and the KV pool")
 

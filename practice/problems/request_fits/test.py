@@ -6,7 +6,9 @@ from submission import check_request_fits, max_tokens_allowed
 def check(args, expected):
     got = check_request_fits(*args)
     names = "prompt_len, max_tokens, max_seq_len, num_pages, page_size"
-    assert got == expected, f"check_request_fits({names} = {args}): expected {expected!r}, got {got!r}"
+    assert got == expected, (
+        f"check_request_fits({names} = {args}): expected {expected!r}, got {got!r}"
+    )
 
 
 def check_max(args, expected):
@@ -31,23 +33,23 @@ def test_the_row_limit_is_checked_before_the_pool():
 
 
 def test_boundaries_are_inclusive():
-    check((10, 6, 16, 1000, 1), "ok")            # exactly max_seq_len
+    check((10, 6, 16, 1000, 1), "ok")  # exactly max_seq_len
     check((10, 7, 16, 1000, 1), "max_seq_len")
-    check((50, 13, 2048, 64, 1), "ok")           # 50 + 13 + 1 == 64
-    check((10, 26, 2048, 10, 4), "ok")           # 36 + 4 slack == 40 slots
+    check((50, 13, 2048, 64, 1), "ok")  # 50 + 13 + 1 == 64
+    check((10, 26, 2048, 10, 4), "ok")  # 36 + 4 slack == 40 slots
     check((10, 27, 2048, 10, 4), "pool")
 
 
 def test_the_slack_is_a_whole_page():
-    check((20, 10, 2048, 2, 16), "pool")         # 30 + 16 = 46 > 32 slots
-    check((20, 10, 2048, 3, 16), "ok")           # 46 <= 48 slots
-    check((20, 10, 2048, 30, 1), "pool")         # 30 + 1 = 31 > 30
-    check((20, 10, 2048, 31, 1), "ok")           # 30 + 1 = 31 <= 31
+    check((20, 10, 2048, 2, 16), "pool")  # 30 + 16 = 46 > 32 slots
+    check((20, 10, 2048, 3, 16), "ok")  # 46 <= 48 slots
+    check((20, 10, 2048, 30, 1), "pool")  # 30 + 1 = 31 > 30
+    check((20, 10, 2048, 31, 1), "ok")  # 30 + 1 = 31 <= 31
 
 
 def test_max_tokens_allowed_takes_the_tighter_limit():
-    check_max((10, 16, 1000, 1), 6)              # the row limits
-    check_max((10, 2048, 10, 4), 26)             # the pool limits: 40 - 4 - 10
+    check_max((10, 16, 1000, 1), 6)  # the row limits
+    check_max((10, 2048, 10, 4), 26)  # the pool limits: 40 - 4 - 10
     check_max((6, 2048, 64, 1), 57)
 
 
@@ -64,5 +66,6 @@ def test_max_tokens_allowed_agrees_with_check_request_fits():
         if best > 0:
             check((prompt_len, best, max_seq_len, num_pages, page_size), "ok")
         got = check_request_fits(prompt_len, best + 1, max_seq_len, num_pages, page_size)
-        assert got != "ok", (f"max_tokens_allowed{args} = {best}, but max_tokens={best + 1} "
-                             f"is still accepted")
+        assert got != "ok", (
+            f"max_tokens_allowed{args} = {best}, but max_tokens={best + 1} is still accepted"
+        )

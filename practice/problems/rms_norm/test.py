@@ -33,10 +33,12 @@ def check(x: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
     want = reference(x, weight, eps)
     assert isinstance(got, torch.Tensor) and got.shape == x.shape, (
         f"rms_norm(x of shape {tuple(x.shape)}): expected shape {tuple(x.shape)}, got "
-        f"{getattr(got, 'shape', type(got).__name__)}")
+        f"{getattr(got, 'shape', type(got).__name__)}"
+    )
     assert torch.allclose(got, want, atol=1e-5, rtol=1e-5), (
         f"rms_norm(x={x.tolist() if x.numel() <= 8 else tuple(x.shape)}, eps={eps}):\n"
-        f"expected {want.flatten()[:6].tolist()}...\ngot      {got.flatten()[:6].tolist()}...")
+        f"expected {want.flatten()[:6].tolist()}...\ngot      {got.flatten()[:6].tolist()}..."
+    )
 
 
 @pytest.fixture(scope="module")
@@ -54,14 +56,18 @@ def test_each_row_is_normalized_on_its_own():
 
 
 def test_weight_scales_each_channel():
-    check(torch.randn(3, 8, generator=torch.Generator().manual_seed(0)),
-          torch.arange(1.0, 9.0), 1e-6)
+    check(
+        torch.randn(3, 8, generator=torch.Generator().manual_seed(0)), torch.arange(1.0, 9.0), 1e-6
+    )
 
 
 def test_any_leading_shape():
     # Qwen3 normalizes each attention head: [heads, seq, head_dim].
-    check(torch.randn(4, 5, 16, generator=torch.Generator().manual_seed(1)),
-          torch.rand(16, generator=torch.Generator().manual_seed(2)), 1e-6)
+    check(
+        torch.randn(4, 5, 16, generator=torch.Generator().manual_seed(1)),
+        torch.rand(16, generator=torch.Generator().manual_seed(2)),
+        1e-6,
+    )
 
 
 def test_eps_is_inside_the_square_root():
@@ -77,13 +83,17 @@ def test_the_tiny_engine_gives_the_same_logits(engine, monkeypatch):
     kv = tiny.KVCache(engine.model.config)
     got = engine.model.forward(ids, torch.arange(len(PROMPT)), kv)
     diff = (got - want).abs().max().item()
-    assert diff < 1e-4, (f"TinyModel.forward({PROMPT}) on tiny-qwen3 with your rms_norm: "
-                         f"logits differ from the reference by up to {diff:.3g}")
+    assert diff < 1e-4, (
+        f"TinyModel.forward({PROMPT}) on tiny-qwen3 with your rms_norm: "
+        f"logits differ from the reference by up to {diff:.3g}"
+    )
 
 
 def test_the_tiny_engine_generates_the_same_tokens(engine, monkeypatch):
     want = engine.generate_ids(PROMPT, 8, ignore_eos=True)
     monkeypatch.setattr(tiny, "rms_norm", rms_norm)
     got = engine.generate_ids(PROMPT, 8, ignore_eos=True)
-    assert got == want, (f"TinyEngine.generate_ids({PROMPT}, 8) on tiny-qwen3 with your rms_norm:"
-                         f"\nexpected {want}\ngot      {got}")
+    assert got == want, (
+        f"TinyEngine.generate_ids({PROMPT}, 8) on tiny-qwen3 with your rms_norm:"
+        f"\nexpected {want}\ngot      {got}"
+    )

@@ -15,8 +15,9 @@ def forward(norm: RMSNorm, x: torch.Tensor) -> torch.Tensor:
     return norm.weight * x32.to(x.dtype)
 
 
-def forward_residual(norm: RMSNorm, x: torch.Tensor,
-                     residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def forward_residual(
+    norm: RMSNorm, x: torch.Tensor, residual: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Add the residual stream first, then normalize: returns (normed, new residual)."""
     residual = x + residual
     return forward(norm, residual), residual

@@ -13,7 +13,8 @@ def forward(norm: RMSNorm, x: torch.Tensor) -> torch.Tensor:
     raise NotImplementedError("normalize in float32, cast back, then scale by the weight")
 
 
-def forward_residual(norm: RMSNorm, x: torch.Tensor,
-                     residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def forward_residual(
+    norm: RMSNorm, x: torch.Tensor, residual: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Add the residual stream first, then normalize: returns (normed, new residual)."""
     raise NotImplementedError("add, then normalize; return both")

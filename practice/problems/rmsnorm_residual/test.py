@@ -45,7 +45,8 @@ def test_example_forward():
     want = torch.tensor([[0.8485, 2.2627]])
     assert torch.allclose(got, want, atol=1e-4), (
         f"forward(RMSNorm(weight=[1, 2], eps=0), [[3, 4]]): expected {want.tolist()}, "
-        f"got {got.tolist()}")
+        f"got {got.tolist()}"
+    )
 
 
 def test_example_forward_residual():
@@ -54,9 +55,11 @@ def test_example_forward_residual():
     normed, residual = forward_residual(norm, x, r)
     assert torch.equal(residual, torch.tensor([[3.0, 4.0]])), (
         f"forward_residual(x=[[1, 1]], residual=[[2, 3]]): the new residual must be x + residual "
-        f"= [[3, 4]], got {residual.tolist()}")
+        f"= [[3, 4]], got {residual.tolist()}"
+    )
     assert torch.allclose(normed, torch.tensor([[0.8485, 2.2627]]), atol=1e-4), (
-        f"forward_residual: the normed output must be forward(x + residual), got {normed.tolist()}")
+        f"forward_residual: the normed output must be forward(x + residual), got {normed.tolist()}"
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -68,7 +71,8 @@ def test_matches_transformers_bit_for_bit(dtype):
     got = forward(norm, x)
     assert got.dtype == dtype and got.shape == x.shape, (
         f"forward on {dtype} input of shape {tuple(x.shape)}: expected {dtype} of the same shape, "
-        f"got {got.dtype} {tuple(got.shape)}")
+        f"got {got.dtype} {tuple(got.shape)}"
+    )
     # float32: up to rounding; bfloat16: exactly, which only the right order of casts gives.
     if dtype == torch.float32:
         mismatches = (~torch.isclose(got, want, rtol=1e-6, atol=1e-6)).sum().item()
@@ -77,7 +81,8 @@ def test_matches_transformers_bit_for_bit(dtype):
     assert mismatches == 0, (
         f"forward on {dtype} input: {mismatches} of {x.numel()} values differ from transformers' "
         f"LlamaRMSNorm (max diff {(got.float() - want.float()).abs().max().item():.3g}); "
-        "compute in float32, cast back to the input dtype, then multiply by the weight")
+        "compute in float32, cast back to the input dtype, then multiply by the weight"
+    )
 
 
 def test_per_head_shape():
@@ -86,7 +91,8 @@ def test_per_head_shape():
     got, want = forward(norm, x), hf_norm(norm)(x)
     assert got.shape == x.shape and torch.allclose(got, want, atol=1e-6), (
         f"forward on a [tokens, heads, head_dim] = {tuple(x.shape)} input must normalize each "
-        "head over head_dim")
+        "head over head_dim"
+    )
 
 
 def test_forward_residual_leaves_its_inputs_alone():
@@ -96,7 +102,8 @@ def test_forward_residual_leaves_its_inputs_alone():
     x0, r0 = x.clone(), r.clone()
     normed, residual = forward_residual(norm, x, r)
     assert torch.equal(x, x0) and torch.equal(r, r0), (
-        "forward_residual changed x or residual in place")
+        "forward_residual changed x or residual in place"
+    )
     assert torch.equal(residual, x0 + r0), "the new residual must be x + residual"
     assert torch.equal(normed, hf_norm(norm)(x0 + r0)), "normed must be forward(x + residual)"
 
@@ -104,12 +111,19 @@ def test_forward_residual_leaves_its_inputs_alone():
 def test_the_model_generates_the_same_tokens(monkeypatch):
     from minisgl.llm import LLM
 
-    llm = LLM(str(model_dir("tiny-qwen3")), num_pages=256, max_running_req=2, max_seq_len=64,
-              cache_type="naive", show_progress=False)
+    llm = LLM(
+        str(model_dir("tiny-qwen3")),
+        num_pages=256,
+        max_running_req=2,
+        max_seq_len=64,
+        cache_type="naive",
+        show_progress=False,
+    )
     prompts, params = [[1, 2, 3, 4, 5, 6, 7], [9, 8]], SamplingParams(max_tokens=6, ignore_eos=True)
     want = [o["token_ids"] for o in llm.generate(prompts, params)]
     monkeypatch.setattr(RMSNorm, "forward", forward)
     monkeypatch.setattr(RMSNorm, "forward_residual", forward_residual)
     got = [o["token_ids"] for o in llm.generate(prompts, params)]
-    assert got == want, (f"LLM.generate({prompts}) on tiny-qwen3 with your RMSNorm:\n"
-                         f"expected {want}\ngot      {got}")
+    assert got == want, (
+        f"LLM.generate({prompts}) on tiny-qwen3 with your RMSNorm:\nexpected {want}\ngot      {got}"
+    )

@@ -29,10 +29,12 @@ def check(x: torch.Tensor) -> None:
     got = rotate_half(x)
     assert isinstance(got, torch.Tensor) and got.shape == x.shape, (
         f"rotate_half(x of shape {tuple(x.shape)}): expected the same shape, got "
-        f"{getattr(got, 'shape', type(got).__name__)}")
+        f"{getattr(got, 'shape', type(got).__name__)}"
+    )
     assert torch.equal(got, want), (
         f"rotate_half({x.tolist() if x.numel() <= 8 else tuple(x.shape)}):\n"
-        f"expected {want.flatten()[:8].tolist()}\ngot      {got.flatten()[:8].tolist()}")
+        f"expected {want.flatten()[:8].tolist()}\ngot      {got.flatten()[:8].tolist()}"
+    )
 
 
 def test_example_four_dims():
@@ -74,17 +76,26 @@ def test_attention_scores_depend_only_on_distance(monkeypatch):
     scores = [score(m, n) for m, n in pairs]
     assert max(scores) - min(scores) < 1e-4, (
         f"with your rotate_half, q·k at positions {pairs} (distance 2 each) gives {scores}: "
-        "RoPE scores must depend only on the distance")
+        "RoPE scores must depend only on the distance"
+    )
 
 
 def test_the_model_generates_the_same_tokens(monkeypatch):
     from minisgl.llm import LLM
 
-    llm = LLM(str(model_dir("tiny-qwen3")), num_pages=256, max_running_req=2, max_seq_len=64,
-              cache_type="naive", show_progress=False)
+    llm = LLM(
+        str(model_dir("tiny-qwen3")),
+        num_pages=256,
+        max_running_req=2,
+        max_seq_len=64,
+        cache_type="naive",
+        show_progress=False,
+    )
     prompts, params = [[1, 2, 3, 4, 5, 6, 7], [9, 8]], SamplingParams(max_tokens=6, ignore_eos=True)
     want = [o["token_ids"] for o in llm.generate(prompts, params)]
     monkeypatch.setattr(rotary, "rotate_half", rotate_half)
     got = [o["token_ids"] for o in llm.generate(prompts, params)]
-    assert got == want, (f"LLM.generate({prompts}) on tiny-qwen3 with your rotate_half:\n"
-                         f"expected {want}\ngot      {got}")
+    assert got == want, (
+        f"LLM.generate({prompts}) on tiny-qwen3 with your rotate_half:\n"
+        f"expected {want}\ngot      {got}"
+    )

@@ -2,11 +2,12 @@ from __future__ import annotations
 
 import torch
 
-from minisgl.core import Req
-from minisgl.engine.sample import Sampler, SamplingArgs
+from minisgl.core import Batch
+from minisgl.engine.sample import BatchSamplingArgs, Sampler, step_seed
+from minisgl.utils import make_device_tensor
 
 
-def prepare(self: Sampler, reqs: list[Req]) -> SamplingArgs:
+def prepare(self: Sampler, batch: Batch) -> BatchSamplingArgs:
     """Gather the sampling parameters of a batch's requests into per-row tensors on
-    self.device (see SamplingArgs for the shapes and dtypes)."""
-    raise NotImplementedError("one row per request: greedy flags, temperature, top_k, top_p")
+    self.device (see BatchSamplingArgs for the shapes and dtypes)."""
+    raise NotImplementedError("one row per request: greedy flags, temperature, top_k, top_p, seeds")

@@ -33,7 +33,7 @@ if not (MODEL / "config.json").is_file():
 
 import torch
 
-from minisgl.core import Req, SamplingParams
+from minisgl.core import Batch, Req, SamplingParams
 from minisgl.engine.sample import Sampler
 from minisgl.llm import LLM
 from submission import prepare
@@ -43,13 +43,21 @@ PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time", 
 
 
 def rows(*params: SamplingParams) -> list[Req]:
-    return [Req(torch.tensor([1, 2], dtype=torch.int32), table_idx=i, cached_len=0,
-                output_len=p.max_tokens, uid=i, sampling_params=p)
-            for i, p in enumerate(params)]
+    return [
+        Req(
+            torch.tensor([1, 2], dtype=torch.int32),
+            table_idx=i,
+            cached_len=0,
+            output_len=p.max_tokens,
+            uid=i,
+            sampling_params=p,
+        )
+        for i, p in enumerate(params)
+    ]
 
 
 def run(*params: SamplingParams, vocab: int = 100):
-    args = prepare(Sampler(CPU, vocab, seed=0), rows(*params))
+    args = prepare(Sampler(CPU, vocab, seed=0), Batch(rows(*params), "decode"))
     return args
 
 
@@ -64,8 +72,15 @@ def check_tensor(name, got, expected, dtype, shape):
 
 @pytest.fixture
 def llm():
-    return LLM(str(MODEL), device="cpu", show_progress=False, cache_type="naive",
-               enable_overlap=False, num_pages=1024, max_running_req=8)
+    return LLM(
+        str(MODEL),
+        device="cpu",
+        show_progress=False,
+        cache_type="naive",
+        enable_overlap=False,
+        num_pages=1024,
+        max_running_req=8,
+    )
 
 
 # --- samples ---------------------------------------------------------------------------------
@@ -91,7 +106,8 @@ def test_example_a_mixed_batch_in_the_real_engine(llm, monkeypatch):
     for i in (0, 2):
         assert got[i]["token_ids"] == expected[i]["token_ids"], (
             f"greedy request {PROMPTS[i]!r} beside random ones: expected "
-            f"{expected[i]['token_ids']}, got {got[i]['token_ids']}")
+            f"{expected[i]['token_ids']}, got {got[i]['token_ids']}"
+        )
 
 
 # --- hidden ----------------------------------------------------------------------------------
@@ -100,19 +116,26 @@ def test_example_a_mixed_batch_in_the_real_engine(llm, monkeypatch):
 def test_all_greedy():
     args = run(SamplingParams(), SamplingParams(temperature=1.0, top_k=1))
     assert bool(args.all_greedy) is True, (
-        f"temperature 0 and top_k 1 are both greedy: all_greedy must be True, got {args.all_greedy}")
+        f"temperature 0 and top_k 1 are both greedy: all_greedy must be True, got {args.all_greedy}"
+    )
     check_tensor("greedy", args.greedy, [True, True], torch.bool, (2,))
 
 
 def test_greedy_rows_get_temperature_1():
-    args = run(SamplingParams(temperature=0.0), SamplingParams(temperature=1.5, top_k=1),
-               SamplingParams(temperature=0.3))
+    args = run(
+        SamplingParams(temperature=0.0),
+        SamplingParams(temperature=1.5, top_k=1),
+        SamplingParams(temperature=0.3),
+    )
     check_tensor("temperature", args.temperature, [1.0, 1.0, 0.3], torch.float32, (3, 1))
 
 
 def test_top_k_off_becomes_the_vocabulary_size():
-    args = run(SamplingParams(temperature=1.0, top_k=-1), SamplingParams(temperature=1.0, top_k=7),
-               vocab=49152)
+    args = run(
+        SamplingParams(temperature=1.0, top_k=-1),
+        SamplingParams(temperature=1.0, top_k=7),
+        vocab=49152,
+    )
     check_tensor("top_k", args.top_k, [49152, 7], torch.int64, (2, 1))
 
 
@@ -125,17 +148,21 @@ def test_one_row():
 
 
 def test_the_reference_sampler_runs_on_these_tensors():
-    args = run(SamplingParams(), SamplingParams(temperature=0.9), SamplingParams(top_p=0.5),
-               vocab=16)
+    args = run(
+        SamplingParams(), SamplingParams(temperature=0.9), SamplingParams(top_p=0.5), vocab=16
+    )
     logits = torch.randn(3, 16, generator=torch.Generator().manual_seed(0))
     tokens = Sampler(CPU, 16, seed=0).sample(logits, args)
-    assert tokens[0].item() == logits[0].argmax().item() and tokens[2].item() == logits[2].argmax().item(), (
-        f"rows 0 and 2 are greedy: expected their argmax, got {tokens.tolist()}")
+    assert (
+        tokens[0].item() == logits[0].argmax().item()
+        and tokens[2].item() == logits[2].argmax().item()
+    ), f"rows 0 and 2 are greedy: expected their argmax, got {tokens.tolist()}"
 
 
 def test_only_random_requests_in_the_real_engine(llm, monkeypatch):
-    params = [SamplingParams(max_tokens=3, ignore_eos=True, temperature=1.2, top_k=-1,
-                             top_p=0.95)] * 4
+    params = [
+        SamplingParams(max_tokens=3, ignore_eos=True, temperature=1.2, top_k=-1, top_p=0.95)
+    ] * 4
     with monkeypatch.context() as m:
         m.setattr(Sampler, "prepare", prepare)
         got = llm.generate(PROMPTS, params)

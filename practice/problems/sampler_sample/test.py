@@ -34,7 +34,7 @@ if not (MODEL / "config.json").is_file():
 import torch
 
 from minisgl.core import SamplingParams
-from minisgl.engine.sample import Sampler, SamplingArgs
+from minisgl.engine.sample import Sampler, BatchSamplingArgs
 from minisgl.llm import LLM
 from submission import sample
 
@@ -42,21 +42,24 @@ CPU = torch.device("cpu")
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time", "Hi"]
 
 
-def make_args(rows: list[tuple[float, int, float]], vocab: int) -> SamplingArgs:
+def make_args(rows: list[tuple[float, int, float]], vocab: int) -> BatchSamplingArgs:
     """rows: (temperature, top_k, top_p) per row; temperature 0 = greedy, top_k -1 = off."""
     greedy = [t == 0.0 or k == 1 for t, k, _ in rows]
-    return SamplingArgs(
-        all_greedy=all(greedy), greedy=torch.tensor(greedy),
+    return BatchSamplingArgs(
+        all_greedy=all(greedy),
+        greedy=torch.tensor(greedy),
         temperature=torch.tensor([[1.0 if g else t] for g, (t, _, _) in zip(greedy, rows)]),
         top_k=torch.tensor([[vocab if k == -1 else k] for _, k, _ in rows]),
-        top_p=torch.tensor([[p] for _, _, p in rows]))
+        top_p=torch.tensor([[p] for _, _, p in rows]),
+    )
 
 
 def run_sample(logits: torch.Tensor, rows, seed: int = 0) -> torch.Tensor:
     out = sample(Sampler(CPU, logits.shape[-1], seed), logits, make_args(rows, logits.shape[-1]))
     assert isinstance(out, torch.Tensor), f"sample must return a tensor, got {type(out)}"
     assert out.shape == (logits.shape[0],), (
-        f"expected one token per row, shape ({logits.shape[0]},); got shape {tuple(out.shape)}")
+        f"expected one token per row, shape ({logits.shape[0]},); got shape {tuple(out.shape)}"
+    )
     assert out.dtype == torch.int64, f"expected int64 token ids, got {out.dtype}"
     return out
 
@@ -69,15 +72,24 @@ def frequencies(probs: list[float], rows_params, draws: int = 20000) -> list[flo
 
 def assert_close(got: list[float], expected: list[float], what: str, tol: float = 0.02) -> None:
     ok = all(abs(g - e) <= tol for g, e in zip(got, expected))
-    assert ok, (f"{what}: expected frequencies {[round(e, 3) for e in expected]}, "
-                f"got {[round(g, 3) for g in got]}")
+    assert ok, (
+        f"{what}: expected frequencies {[round(e, 3) for e in expected]}, "
+        f"got {[round(g, 3) for g in got]}"
+    )
 
 
 @pytest.fixture
 def llm():
     """A fresh engine for every test: a failing sampler leaves the scheduler mid-step."""
-    return LLM(str(MODEL), device="cpu", show_progress=False, cache_type="naive",
-               enable_overlap=False, num_pages=1024, max_running_req=8)
+    return LLM(
+        str(MODEL),
+        device="cpu",
+        show_progress=False,
+        cache_type="naive",
+        enable_overlap=False,
+        num_pages=1024,
+        max_running_req=8,
+    )
 
 
 def generate(llm, monkeypatch, params, patched: bool) -> list[list[int]]:
@@ -100,24 +112,28 @@ def test_example_greedy_generation_in_the_real_engine(llm, monkeypatch):
     params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (5, 4, 3, 2)]
     expected = generate(llm, monkeypatch, params, patched=False)
     got = generate(llm, monkeypatch, params, patched=True)
-    assert got == expected, (f"LLM.generate({PROMPTS}) with your sampler: expected token ids "
-                             f"{expected}, got {got}")
+    assert got == expected, (
+        f"LLM.generate({PROMPTS}) with your sampler: expected token ids {expected}, got {got}"
+    )
 
 
 # --- hidden ----------------------------------------------------------------------------------
 
 
 def test_random_rows_do_not_change_greedy_rows_of_the_same_batch(llm, monkeypatch):
-    params = [SamplingParams(max_tokens=5, ignore_eos=True),
-              SamplingParams(max_tokens=5, ignore_eos=True, temperature=1.0, top_k=50),
-              SamplingParams(max_tokens=5, ignore_eos=True),
-              SamplingParams(max_tokens=5, ignore_eos=True, temperature=0.7, top_p=0.9)]
+    params = [
+        SamplingParams(max_tokens=5, ignore_eos=True),
+        SamplingParams(max_tokens=5, ignore_eos=True, temperature=1.0, top_k=50),
+        SamplingParams(max_tokens=5, ignore_eos=True),
+        SamplingParams(max_tokens=5, ignore_eos=True, temperature=0.7, top_p=0.9),
+    ]
     expected = generate(llm, monkeypatch, params, patched=False)
     got = generate(llm, monkeypatch, params, patched=True)
     for i in (0, 2):
         assert got[i] == expected[i], (
             f"greedy request {PROMPTS[i]!r} in a batch with random requests: expected "
-            f"{expected[i]}, got {got[i]}")
+            f"{expected[i]}, got {got[i]}"
+        )
 
 
 def test_engine_draws_stay_inside_each_rows_top_k(llm, monkeypatch):
@@ -137,8 +153,10 @@ def test_engine_draws_stay_inside_each_rows_top_k(llm, monkeypatch):
         top3 = logits.topk(3, dim=-1).indices
         for row, token in enumerate(tokens.tolist()):
             allowed = top3[row].tolist()
-            assert token in allowed, (f"top_k=3, temperature=1.5: row {row} drew token {token}, "
-                                      f"which is not among its top-3 ids {allowed}")
+            assert token in allowed, (
+                f"top_k=3, temperature=1.5: row {row} drew token {token}, "
+                f"which is not among its top-3 ids {allowed}"
+            )
 
 
 def test_a_tiny_top_p_in_the_engine_is_greedy(llm, monkeypatch):
@@ -146,8 +164,10 @@ def test_a_tiny_top_p_in_the_engine_is_greedy(llm, monkeypatch):
     nucleus = [SamplingParams(max_tokens=4, ignore_eos=True, temperature=1.3, top_p=1e-6)] * 4
     expected = generate(llm, monkeypatch, greedy, patched=False)
     got = generate(llm, monkeypatch, nucleus, patched=True)
-    assert got == expected, (f"temperature=1.3, top_p=1e-6 keeps only the top token: expected "
-                             f"the greedy output {expected}, got {got}")
+    assert got == expected, (
+        f"temperature=1.3, top_p=1e-6 keeps only the top token: expected "
+        f"the greedy output {expected}, got {got}"
+    )
 
 
 def test_mixed_rows_in_one_call():
@@ -156,7 +176,8 @@ def test_mixed_rows_in_one_call():
     for seed in range(20):
         got = run_sample(logits, rows, seed).tolist()
         assert got[0] == 1 and got[2] == 3, (
-            f"rows 0 and 2 are greedy (argmax 1 and 3) beside a random row 1: got {got}")
+            f"rows 0 and 2 are greedy (argmax 1 and 3) beside a random row 1: got {got}"
+        )
 
 
 def test_frequencies_follow_the_softmax_at_temperature_1():
@@ -168,13 +189,14 @@ def test_temperature_sharpens_the_distribution():
     probs = [0.5, 0.3, 0.15, 0.05]
     squared = [p * p for p in probs]
     expected = [s / sum(squared) for s in squared]
-    assert_close(frequencies(probs, (0.5, -1, 1.0)), expected, "temperature 0.5 (p^2, renormalized)")
+    assert_close(
+        frequencies(probs, (0.5, -1, 1.0)), expected, "temperature 0.5 (p^2, renormalized)"
+    )
 
 
 def test_top_k_keeps_the_k_most_probable_and_renormalizes():
     probs = [0.15, 0.5, 0.05, 0.3]
-    assert_close(frequencies(probs, (1.0, 2, 1.0)), [0.0, 0.625, 0.0, 0.375], "top_k=2",
-                 tol=0.02)
+    assert_close(frequencies(probs, (1.0, 2, 1.0)), [0.0, 0.625, 0.0, 0.375], "top_k=2", tol=0.02)
 
 
 def test_top_p_keeps_the_token_that_crosses_the_threshold():
@@ -187,8 +209,9 @@ def test_top_p_keeps_the_token_that_crosses_the_threshold():
 def test_top_k_and_top_p_together():
     probs = [0.4, 0.3, 0.2, 0.1]
     # top_k=3 keeps {0,1,2}; top_p=0.65 keeps {0,1}: the tighter wins
-    assert_close(frequencies(probs, (1.0, 3, 0.65)), [4 / 7, 3 / 7, 0.0, 0.0],
-                 "top_k=3, top_p=0.65")
+    assert_close(
+        frequencies(probs, (1.0, 3, 0.65)), [4 / 7, 3 / 7, 0.0, 0.0], "top_k=3, top_p=0.65"
+    )
 
 
 def test_top_p_applies_to_the_renormalized_top_k():
@@ -205,8 +228,10 @@ def test_the_seeded_generator_makes_draws_repeatable_whatever_the_global_rng():
     first = run_sample(logits, rows, seed=7).tolist()
     torch.manual_seed(2)
     again = run_sample(logits, rows, seed=7).tolist()
-    assert first == again, ("two samplers with seed 7 drew different tokens after the global "
-                            "RNG was reseeded: draw with self.generator")
+    assert first == again, (
+        "two samplers with seed 7 drew different tokens after the global "
+        "RNG was reseeded: draw with self.generator"
+    )
     other = run_sample(logits, rows, seed=8).tolist()
     assert first != other, "seeds 7 and 8 drew the same 256 tokens: use self.generator"
 

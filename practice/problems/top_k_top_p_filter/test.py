@@ -5,8 +5,9 @@ from submission import filter_top_k_top_p
 
 def check(probs, top_k, top_p, expected):
     got = filter_top_k_top_p(list(probs), top_k, top_p)
-    assert got == expected, (f"filter_top_k_top_p({probs}, top_k={top_k}, top_p={top_p}): "
-                             f"expected {expected}, got {got}")
+    assert got == expected, (
+        f"filter_top_k_top_p({probs}, top_k={top_k}, top_p={top_p}): expected {expected}, got {got}"
+    )
 
 
 def test_example_top_p():
@@ -60,9 +61,9 @@ def test_top_p_reads_the_renormalized_top_k_mass():
 
 
 def test_renormalization_can_only_shrink_the_top_p_set():
-    check([0.25, 0.125, 0.5, 0.125], 2, 0.6, [2])       # 2/3 before id 0: dropped
+    check([0.25, 0.125, 0.5, 0.125], 2, 0.6, [2])  # 2/3 before id 0: dropped
     check([0.25, 0.125, 0.5, 0.125], 2, 0.7, [2, 0])
-    check([0.25, 0.125, 0.5, 0.125], -1, 0.6, [2, 0])   # no top-k: 0.5 before id 0
+    check([0.25, 0.125, 0.5, 0.125], -1, 0.6, [2, 0])  # no top-k: 0.5 before id 0
 
 
 def test_ties_rank_the_smaller_id_first():

@@ -34,8 +34,9 @@ def make_table() -> TableManager:
 
 def make_req(row: int, device_len: int, cached_len: int, chunk: bool = False) -> Req:
     kind = ChunkedReq if chunk else Req
-    return kind(torch.zeros(device_len, dtype=torch.int32), row, cached_len, 4, row,
-                SamplingParams())
+    return kind(
+        torch.zeros(device_len, dtype=torch.int32), row, cached_len, 4, row, SamplingParams()
+    )
 
 
 def check(reqs: list[Req], tokens: list[int], phase: str) -> None:
@@ -47,12 +48,14 @@ def check(reqs: list[Req], tokens: list[int], phase: str) -> None:
     write_next_tokens(table, Batch(reqs, phase), torch.tensor(tokens, dtype=torch.int64))
     desc = [(r.table_idx, r.device_len, "chunk" if not r.can_decode else "decodes") for r in reqs]
     assert table.token_pool.dtype == torch.int32, (
-        f"the token pool must stay int32, it became {table.token_pool.dtype}")
+        f"the token pool must stay int32, it became {table.token_pool.dtype}"
+    )
     wrong = (table.token_pool != expected).nonzero().tolist()
     assert not wrong, (
         f"requests (row, device_len, kind) {desc}, next_tokens {tokens}: token pool entries "
         f"[row, col] {wrong[:4]} are wrong, e.g. {wrong[0]}: expected "
-        f"{int(expected[tuple(wrong[0])])}, got {int(table.token_pool[tuple(wrong[0])])}")
+        f"{int(expected[tuple(wrong[0])])}, got {int(table.token_pool[tuple(wrong[0])])}"
+    )
 
 
 def test_example_two_requests():
@@ -64,8 +67,11 @@ def test_prefill_writes_after_the_prompt():
 
 
 def test_a_chunk_is_skipped_and_does_not_shift_the_others():
-    check([make_req(0, 6, 0, chunk=True), make_req(1, 4, 0), make_req(2, 9, 3)],
-          [100, 200, 300], "prefill")
+    check(
+        [make_req(0, 6, 0, chunk=True), make_req(1, 4, 0), make_req(2, 9, 3)],
+        [100, 200, 300],
+        "prefill",
+    )
 
 
 def test_only_chunks_write_nothing():
@@ -75,13 +81,21 @@ def test_only_chunks_write_nothing():
 def test_the_scheduler_runs_on_your_writes(monkeypatch):
     from minisgl.llm import LLM
 
-    kwargs = dict(num_pages=256, max_running_req=4, max_seq_len=64, cache_type="naive",
-                  max_extend_tokens=8, show_progress=False)  # a 20-token prompt takes 3 chunks
+    kwargs = dict(
+        num_pages=256,
+        max_running_req=4,
+        max_seq_len=64,
+        cache_type="naive",
+        max_extend_tokens=8,
+        show_progress=False,
+    )  # a 20-token prompt takes 3 chunks
     prompts = [[(5 * i) % 97 + 3 for i in range(20)], [4, 5, 6]]
     params = SamplingParams(max_tokens=5, ignore_eos=True)
     llm = LLM(str(model_dir("tiny-qwen3")), **kwargs)
     want = [o["token_ids"] for o in llm.generate(prompts, params)]
     monkeypatch.setattr(TableManager, "write_next_tokens", write_next_tokens)
     got = [o["token_ids"] for o in llm.generate(prompts, params)]
-    assert got == want, (f"LLM.generate with chunked prefill (max_extend_tokens=8) and your "
-                         f"write_next_tokens:\nexpected {want}\ngot      {got}")
+    assert got == want, (
+        f"LLM.generate with chunked prefill (max_extend_tokens=8) and your "
+        f"write_next_tokens:\nexpected {want}\ngot      {got}"
+    )

@@ -12,19 +12,37 @@ from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from minisgl.attention.base import BaseAttnBackend, BaseAttnMetadata
 from minisgl.kvcache.base import BaseKVCachePool
+from minisgl.utils import make_device_tensor
 
 if TYPE_CHECKING:
     from minisgl.core import Batch
+
+
+# cuDNN's attention builds a plan for every new shape, and building one waits for the device:
+# with the keys one longer at every decode step, every step would stall the CPU and undo the
+# overlap of chapter 11. These kernels never wait (on a CPU, flash or math runs as before).
+NON_BLOCKING_SDPA = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, enable_gqa: bool = False
+) -> torch.Tensor:
+    """scaled_dot_product_attention with a boolean mask, by a kernel that never waits."""
+    with sdpa_kernel(NON_BLOCKING_SDPA):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=enable_gqa)
 
 
 @dataclass
 class TorchAttnMetadata(BaseAttnMetadata):
     kv_indices: torch.Tensor  # [batch, max_seq_len] KV-pool slots, padded with slot 0
     mask: torch.Tensor  # [batch, 1, max_extend_len, max_seq_len] True where attention is allowed
-    query_slots: torch.Tensor  # [tokens] where each token sits in the padded [batch * max_extend_len]
+    query_slots: (
+        torch.Tensor
+    )  # [tokens] where each token sits in the padded [batch * max_extend_len]
     max_extend_len: int
 
 
@@ -34,27 +52,33 @@ class TorchAttnBackend(BaseAttnBackend):
         self.page_table = page_table
 
     def prepare_metadata(self, batch: Batch) -> None:
-        """Build each request's padded slot list, the causal mask and the query layout."""
+        """Build each request's padded slot list, the causal mask and the query layout.
+
+        The per-request numbers are built on the host and copied once; everything else is
+        computed on the device from them, so nothing here waits for the device.
+        """
         device = self.page_table.device
         seq_lens = [req.device_len for req in batch.reqs]
         extend_lens = [req.extend_len for req in batch.reqs]
         max_seq, max_extend = max(seq_lens), max(extend_lens)
-        rows = torch.tensor([req.table_idx for req in batch.reqs], device=device)
+        rows = make_device_tensor([req.table_idx for req in batch.reqs], torch.int64, device)
+        seq_len_t = make_device_tensor(seq_lens, torch.int64, device)
+        cached_t = make_device_tensor([req.cached_len for req in batch.reqs], torch.int64, device)
+        query_slots = torch.cat(
+            [torch.arange(n) + i * max_extend for i, n in enumerate(extend_lens)]
+        )
+        last = torch.tensor(extend_lens).cumsum(0) - 1
         key_pos = torch.arange(max_seq, device=device)
-        seq_len_t = torch.tensor(seq_lens, device=device)
-        cached_t = torch.tensor([req.cached_len for req in batch.reqs], device=device)
         # Padding keys read slot 0: harmless, since the mask hides them.
         kv_indices = torch.where(key_pos < seq_len_t[:, None], self.page_table[rows, :max_seq], 0)
         # Query i of a request sits at position cached_len + i and sees keys at <= that position.
         query_pos = cached_t[:, None] + torch.arange(max_extend, device=device)
         mask = key_pos[None, None, :] <= query_pos[:, :, None]
-        query_slots = torch.cat([torch.arange(n) + i * max_extend for i, n in enumerate(extend_lens)])
-        last = torch.tensor(extend_lens).cumsum(0) - 1
         batch.attn_metadata = TorchAttnMetadata(
-            last_indices=last.to(device),
+            last_indices=make_device_tensor(last, torch.int64, device),
             kv_indices=kv_indices.long(),
             mask=mask.unsqueeze(1),
-            query_slots=query_slots.to(device),
+            query_slots=make_device_tensor(query_slots, torch.int64, device),
             max_extend_len=max_extend,
         )
 
@@ -69,8 +93,9 @@ class TorchAttnBackend(BaseAttnBackend):
         rows = cache.index_select(0, kv_indices.flatten())
         return rows.view(batch, max_seq, *cache.shape[1:]).transpose(1, 2)
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
-                batch: Batch) -> torch.Tensor:
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch
+    ) -> torch.Tensor:
         """Store k, v at out_loc, gather each request's keys and values, attend."""
         self.kv_cache.store_kv(k, v, batch.out_loc, layer_id)
         meta: TorchAttnMetadata = batch.attn_metadata
@@ -82,13 +107,12 @@ class TorchAttnBackend(BaseAttnBackend):
             # rows, [batch, kv_heads, group, head_dim], so no head is repeated or padded.
             kv_heads = keys.shape[1]
             grouped_q = q.view(batch.size, kv_heads, num_heads // kv_heads, head_dim)
-            out = F.scaled_dot_product_attention(grouped_q, keys, values, attn_mask=meta.mask)
+            out = attend(grouped_q, keys, values, meta.mask)
             return out.reshape(batch.size, num_heads, head_dim)
         padded_q = q.new_zeros(batch.size * meta.max_extend_len, num_heads, head_dim)
         padded_q[meta.query_slots] = q
         padded_q = padded_q.view(batch.size, meta.max_extend_len, num_heads, head_dim)
-        out = F.scaled_dot_product_attention(padded_q.transpose(1, 2), keys, values,
-                                             attn_mask=meta.mask, enable_gqa=True)
+        out = attend(padded_q.transpose(1, 2), keys, values, meta.mask, enable_gqa=True)
         # [batch, heads, max_extend, head_dim] -> the batch's tokens, in order
         out = out.transpose(1, 2).reshape(-1, num_heads, head_dim)
         return out[meta.query_slots]

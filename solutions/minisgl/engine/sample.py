@@ -1,20 +1,23 @@
 """Turn each request's logits into its next token: greedy, or temperature + top-k + top-p.
 
-Every request in a batch has its own parameters, so the sampler works on per-row tensors.
-A seeded generator makes random sampling repeatable for the same seed and batch.
+Every request in a batch has its own parameters, so the sampler works on per-row tensors,
+built on the host and copied to the device once per batch. Random rows draw from the
+engine's generator (seeded by EngineConfig.seed), except rows of requests with their own
+seed: those draw from a generator of their own, so their tokens do not depend on the batch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from minisgl.core import Req
+from minisgl.core import Batch
+from minisgl.utils import make_device_tensor
 
 
 @dataclass
-class SamplingArgs:
+class BatchSamplingArgs:
     """Per-row sampling parameters of one batch, as tensors on the device."""
 
     all_greedy: bool
@@ -22,6 +25,14 @@ class SamplingArgs:
     temperature: torch.Tensor  # [batch, 1] float32; 1.0 for greedy rows (never used)
     top_k: torch.Tensor  # [batch, 1] int64; vocab size where top-k is off
     top_p: torch.Tensor  # [batch, 1] float32
+    # row -> seed of this step, for the random rows of requests that brought their own seed
+    row_seeds: dict[int, int] = field(default_factory=dict)
+
+
+def step_seed(seed: int, position: int) -> int:
+    """The seed of one sampling step of a seeded request: a function of the request's seed
+    and the position it samples, so a replay of the same request draws the same numbers."""
+    return (seed * 1_000_003 + position) % 2**63
 
 
 class Sampler:
@@ -30,25 +41,35 @@ class Sampler:
         self.vocab_size = vocab_size
         self.generator = torch.Generator(device=device).manual_seed(seed)
 
-    def prepare(self, reqs: list[Req]) -> SamplingArgs:
-        """Per-row sampling tensors for these requests (temperature, top-k, top-p, greedy)."""
-        params = [req.sampling_params for req in reqs]
+    def prepare(self, batch: Batch) -> BatchSamplingArgs:
+        """Per-row sampling tensors of a batch (temperature, top-k, top-p, greedy, seeds).
+
+        Call it before the batch's ledgers advance: a request samples position device_len.
+        """
+        params = [req.sampling_params for req in batch.reqs]
         greedy = [p.is_greedy for p in params]
 
-        def column(values: list[float | int], dtype: torch.dtype) -> torch.Tensor:
-            return torch.tensor(values, dtype=dtype).view(-1, 1).to(self.device)
+        def column(values: list[float] | list[int], dtype: torch.dtype) -> torch.Tensor:
+            return make_device_tensor(values, dtype, self.device).view(-1, 1)
 
-        return SamplingArgs(
+        return BatchSamplingArgs(
             all_greedy=all(greedy),
-            greedy=torch.tensor(greedy).to(self.device),
-            temperature=column([1.0 if g else p.temperature for g, p in zip(greedy, params)],
-                               torch.float32),
-            top_k=column([self.vocab_size if p.top_k == -1 else p.top_k for p in params],
-                         torch.int64),
+            greedy=make_device_tensor(greedy, torch.bool, self.device),
+            temperature=column(
+                [1.0 if g else p.temperature for g, p in zip(greedy, params)], torch.float32
+            ),
+            top_k=column(
+                [self.vocab_size if p.top_k == -1 else p.top_k for p in params], torch.int64
+            ),
             top_p=column([p.top_p for p in params], torch.float32),
+            row_seeds={
+                row: step_seed(req.sampling_params.seed, req.device_len)
+                for row, req in enumerate(batch.reqs)
+                if req.sampling_params.seed is not None and not greedy[row]
+            },
         )
 
-    def sample(self, logits: torch.Tensor, args: SamplingArgs) -> torch.Tensor:
+    def sample(self, logits: torch.Tensor, args: BatchSamplingArgs) -> torch.Tensor:
         """logits: [batch, vocab] -> next token ids [batch] (int64, on the device)."""
         greedy_tokens = logits.argmax(dim=-1)
         if args.all_greedy:
@@ -64,5 +85,8 @@ class Sampler:
         mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
         sorted_probs = sorted_probs.masked_fill(mass_before >= args.top_p, 0.0)
         choice = torch.multinomial(sorted_probs, 1, generator=self.generator)
+        for row, seed in args.row_seeds.items():  # a seeded request draws on its own
+            own = torch.Generator(device=logits.device).manual_seed(seed)
+            choice[row] = torch.multinomial(sorted_probs[row], 1, generator=own)
         sampled = sorted_ids.gather(-1, choice).squeeze(-1)
         return torch.where(args.greedy, greedy_tokens, sampled)

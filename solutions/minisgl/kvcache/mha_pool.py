@@ -14,10 +14,18 @@ class MHAKVCache(BaseKVCachePool):
     in every layer, so the page table needs one entry per token, not one per layer.
     """
 
-    def __init__(self, num_slots: int, num_layers: int, num_kv_heads: int, head_dim: int,
-                 dtype: torch.dtype, device: torch.device) -> None:
-        self._buffer = torch.zeros(2, num_layers, num_slots, num_kv_heads, head_dim,
-                                   dtype=dtype, device=device)
+    def __init__(
+        self,
+        num_slots: int,
+        num_layers: int,
+        num_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
+        self._buffer = torch.zeros(
+            2, num_layers, num_slots, num_kv_heads, head_dim, dtype=dtype, device=device
+        )
 
     def k_cache(self, layer_id: int) -> torch.Tensor:
         """The keys of one layer: a view [num_slots, kv_heads, head_dim] of the buffer."""
@@ -27,8 +35,9 @@ class MHAKVCache(BaseKVCachePool):
         """The values of one layer: a view [num_slots, kv_heads, head_dim] of the buffer."""
         return self._buffer[1, layer_id]
 
-    def store_kv(self, k: torch.Tensor, v: torch.Tensor, out_loc: torch.Tensor,
-                 layer_id: int) -> None:
+    def store_kv(
+        self, k: torch.Tensor, v: torch.Tensor, out_loc: torch.Tensor, layer_id: int
+    ) -> None:
         """Write k and v of the new tokens into slots out_loc of one layer."""
         self._buffer[0, layer_id].index_copy_(0, out_loc.long(), k)
         self._buffer[1, layer_id].index_copy_(0, out_loc.long(), v)

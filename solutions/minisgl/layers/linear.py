@@ -37,6 +37,8 @@ class Linear(nn.Module):
         start = sum(self.output_sizes[:shard])
         rows = param.data[start : start + self.output_sizes[shard]]
         if rows.shape != tensor.shape:
-            raise ValueError(f"shape mismatch: expected {tuple(rows.shape)}, "
-                             f"checkpoint has {tuple(tensor.shape)}")
+            raise ValueError(
+                f"shape mismatch: expected {tuple(rows.shape)}, "
+                f"checkpoint has {tuple(tensor.shape)}"
+            )
         rows.copy_(tensor)

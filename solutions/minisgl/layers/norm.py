@@ -21,8 +21,9 @@ class RMSNorm(nn.Module):
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x32.to(dtype)
 
-    def forward_residual(self, x: torch.Tensor,
-                         residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward_residual(
+        self, x: torch.Tensor, residual: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Add the residual stream first, then normalize: returns (normed, new residual)."""
         residual = x + residual
         return self.forward(residual), residual

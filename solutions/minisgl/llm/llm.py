@@ -27,9 +27,12 @@ class LLM:
         self.scheduler = Scheduler(SchedulerConfig(model_path, **config))
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
 
-    def generate(self, prompts: Sequence[str] | Sequence[list[int]] | str,
-                 sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
-                 progress: bool = False) -> list[dict[str, Any]]:
+    def generate(
+        self,
+        prompts: Sequence[str] | Sequence[list[int]] | str,
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        progress: bool = False,
+    ) -> list[dict[str, Any]]:
         """Generate for every prompt (a string, or a list of token ids).
 
         Returns one dict per prompt, in order: `text`, `token_ids` (generated ids),
@@ -42,30 +45,33 @@ class LLM:
         params = sampling_params if sampling_params is not None else SamplingParams()
         params_list = list(params) if isinstance(params, Sequence) else [params] * len(prompts)
         if len(params_list) != len(prompts):
-            raise InvalidRequestError(f"{len(prompts)} prompts but {len(params_list)} "
-                                      "sampling params")
-        prompt_ids = [self.tokenizer.encode(p) if isinstance(p, str) else list(p)
-                      for p in prompts]
+            raise InvalidRequestError(
+                f"{len(prompts)} prompts but {len(params_list)} sampling params"
+            )
+        prompt_ids = [self.tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompts]
         for ids, p in zip(prompt_ids, params_list):
-            self.scheduler.engine.check_request_fits(len(ids), p.max_tokens)
+            self.scheduler.check_request_fits(len(ids), p.max_tokens)
 
         uids = [self.scheduler.add_request(ids, p) for ids, p in zip(prompt_ids, params_list)]
         generated: dict[int, list[int]] = {uid: [] for uid in uids}
         finish_reason: dict[int, str] = {}
-        eos = self.scheduler.eos_token_ids
-        ignore_eos = {uid: p.ignore_eos for uid, p in zip(uids, params_list)}
         with tqdm(total=len(uids), desc="Generating", disable=not progress) as bar:
             while self.scheduler.has_work:
                 for out in self.scheduler.step():
                     generated[out.uid].append(out.token)
-                    if out.finished:
-                        stopped = out.token in eos and not ignore_eos[out.uid]
-                        finish_reason[out.uid] = "stop" if stopped else "length"
+                    if out.finish_reason is not None:
+                        finish_reason[out.uid] = out.finish_reason
                         bar.update()
-        return [{"text": self.tokenizer.decode(generated[uid], skip_special_tokens=True),
-                 "token_ids": generated[uid], "prompt_token_ids": ids,
-                 "finish_reason": finish_reason[uid], "sampling_params": asdict(p)}
-                for uid, ids, p in zip(uids, prompt_ids, params_list)]
+        return [
+            {
+                "text": self.tokenizer.decode(generated[uid], skip_special_tokens=True),
+                "token_ids": generated[uid],
+                "prompt_token_ids": ids,
+                "finish_reason": finish_reason[uid],
+                "sampling_params": asdict(p),
+            }
+            for uid, ids, p in zip(uids, prompt_ids, params_list)
+        ]
 
     def shutdown(self) -> None:
         """Release the engine's memory (KV cache, weights)."""

@@ -19,8 +19,10 @@ MODEL_REGISTRY: dict[str, type[nn.Module]] = {
 def create_model(config: ModelConfig, device: torch.device, dtype: torch.dtype) -> nn.Module:
     """Build the model with uninitialised weights directly on `device` in `dtype`."""
     if config.architecture not in MODEL_REGISTRY:
-        raise UnsupportedModelError(f"architecture {config.architecture!r} is not supported "
-                                    f"(supported: {', '.join(MODEL_REGISTRY)})")
+        raise UnsupportedModelError(
+            f"architecture {config.architecture!r} is not supported "
+            f"(supported: {', '.join(MODEL_REGISTRY)})"
+        )
     previous_dtype = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:

@@ -19,7 +19,9 @@ from minisgl.utils import ModelNotFoundError
 IGNORED_SUFFIXES = (".rotary_emb.inv_freq",)
 
 
-def map_weight_name(name: str, name_map: dict[str, tuple[str, int | None]]) -> tuple[str, int | None]:
+def map_weight_name(
+    name: str, name_map: dict[str, tuple[str, int | None]]
+) -> tuple[str, int | None]:
     """Checkpoint tensor name -> (our parameter name, shard of a merged matrix or None)."""
     for fragment, (ours, shard) in name_map.items():
         if fragment in name:
@@ -36,8 +38,7 @@ def load_weights(model: nn.Module, model_dir: str | Path, progress: bool = True)
         raise ModelNotFoundError(f"no *.safetensors file in {model_dir}")
     name_map: dict[str, tuple[str, int | None]] = getattr(model, "WEIGHT_NAME_MAP", {})
     params = dict(model.named_parameters())
-    expected = {(name, shard) for name in params
-                for shard in _shards(model, name)}
+    expected = {(name, shard) for name in params for shard in _shards(model, name)}
     loaded: set[tuple[str, int | None]] = set()
     total = 0
     for file in files:
@@ -54,12 +55,15 @@ def load_weights(model: nn.Module, model_dir: str | Path, progress: bool = True)
                         continue
                     name, shard = map_weight_name(key, name_map)
                     if name not in params:
-                        raise ValueError(f"checkpoint tensor {key!r} has no place in the model "
-                                         f"{type(model).__name__}")
+                        raise ValueError(
+                            f"checkpoint tensor {key!r} has no place in the model "
+                            f"{type(model).__name__}"
+                        )
                     _copy_into(model, name, shard, f.get_tensor(key), key)
                     loaded.add((name, shard))
-    missing = sorted(f"{name}[shard {shard}]" if shard is not None else name
-                     for name, shard in expected - loaded)
+    missing = sorted(
+        f"{name}[shard {shard}]" if shard is not None else name for name, shard in expected - loaded
+    )
     if missing:
         raise ValueError(f"checkpoint {model_dir} lacks {len(missing)} tensors, e.g. {missing[:3]}")
 
@@ -70,8 +74,9 @@ def _shards(model: nn.Module, param_name: str) -> list[int | None]:
     return list(range(len(sizes))) if len(sizes) > 1 else [None]
 
 
-def _copy_into(model: nn.Module, name: str, shard: int | None, tensor: torch.Tensor,
-               key: str) -> None:
+def _copy_into(
+    model: nn.Module, name: str, shard: int | None, tensor: torch.Tensor, key: str
+) -> None:
     module_name, _, param_name = name.rpartition(".")
     module = model.get_submodule(module_name)
     try:
@@ -80,8 +85,10 @@ def _copy_into(model: nn.Module, name: str, shard: int | None, tensor: torch.Ten
         else:
             param = getattr(module, param_name)
             if param.shape != tensor.shape:
-                raise ValueError(f"shape mismatch: expected {tuple(param.shape)}, "
-                                 f"checkpoint has {tuple(tensor.shape)}")
+                raise ValueError(
+                    f"shape mismatch: expected {tuple(param.shape)}, "
+                    f"checkpoint has {tuple(tensor.shape)}"
+                )
             param.data.copy_(tensor)
     except ValueError as error:
         raise ValueError(f"checkpoint tensor {key!r}: {error}") from None

@@ -1,9 +1,12 @@
-"""The CacheManager: the one owner of KV pages.
+"""The CacheManager: the one owner of KV pages, and the one writer of the page table.
 
-A page is `page_size` consecutive KV slots; the free list stores each free page by its first
-slot. Pages move between three places: the free list, requests (through their page-table
-rows), and the prefix cache. Every page is in exactly one of them, which `check_integrity`
-verifies whenever the scheduler has nothing running.
+A page is `page_size` consecutive KV slots; the free list `free_slots` stores each free page
+by its first slot. Pages move between three places: the free list, requests (through their
+page-table rows), and the prefix cache. Every page is in exactly one of them, which
+`check_integrity` verifies whenever the scheduler has nothing running. Since a page-table
+entry names a page, every write of an entry happens here: `map_prefix` (a new request's
+cached prefix), `allocate_paged` (new pages) and `cache_req` (duplicates swapped for the
+cache's copy).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import torch
 
 from minisgl.core import Req
 from minisgl.kvcache import BaseCacheHandle, BasePrefixCache, MatchResult, NaivePrefixCache
-from minisgl.utils import div_ceil
+from minisgl.utils import div_ceil, make_device_tensor
 
 
 def create_prefix_cache(cache_type: str, device: torch.device, page_size: int) -> BasePrefixCache:
@@ -27,21 +30,27 @@ def create_prefix_cache(cache_type: str, device: torch.device, page_size: int) -
 
 
 class CacheManager:
-    def __init__(self, num_pages: int, page_size: int, page_table: torch.Tensor,
-                 prefix_cache: BasePrefixCache) -> None:
+    def __init__(
+        self,
+        num_pages: int,
+        page_size: int,
+        page_table: torch.Tensor,
+        prefix_cache: BasePrefixCache,
+    ) -> None:
         self.num_pages = num_pages
         self.page_size = page_size
         self.page_table = page_table
         self.device = page_table.device
         self.prefix_cache = prefix_cache
-        self.free_pages = torch.arange(num_pages, dtype=torch.int32, device=self.device) * page_size
-        self._lazy_freed: list[torch.Tensor] | None = None
+        # The free pages, each by its first slot: with page_size 2, [0, 2, 4, ...].
+        self.free_slots = torch.arange(num_pages, dtype=torch.int32, device=self.device) * page_size
+        self._lazy_freed: list[torch.Tensor] | None = None  # pages freed inside lazy_free_region
 
     # ----- what is available --------------------------------------------------------------
 
     @property
     def num_free_pages(self) -> int:
-        return len(self.free_pages)
+        return len(self.free_slots)
 
     @property
     def available_size(self) -> int:
@@ -62,16 +71,25 @@ class CacheManager:
     def unlock(self, handle: BaseCacheHandle) -> None:
         self.prefix_cache.lock_handle(handle, unlock=True)
 
+    def map_prefix(self, table_idx: int, match: MatchResult) -> None:
+        """Point the first entries of a newly admitted request's row at its matched prefix."""
+        self.page_table[table_idx, : match.handle.cached_len] = match.indices.to(
+            self.page_table.dtype
+        )
+
     # ----- allocation ---------------------------------------------------------------------
 
     def allocate_paged(self, reqs: list[Req]) -> None:
         """Give every request the pages its next forward writes into.
 
         A request owns pages [0, ceil(cached_len / page)) already; positions up to device_len
-        need pages up to ceil(device_len / page). All new slots go into the page table in one
-        indexed write.
+        need pages up to ceil(device_len / page). Take all missing pages with one `_allocate`,
+        expand them with `_page_to_token`, and put the slots into the page table in one
+        indexed write, whose row and column indices are built on the host and copied once
+        (`make_device_tensor`). Afterwards every position < device_len of each row names a
+        slot, and each page-aligned run of page_size positions lies in one page.
         """
-        rows, cols, spans = [], [], []
+        rows, cols, needed_pages = [], [], 0
         for req in reqs:
             first_page = div_ceil(req.cached_len, self.page_size)
             last_page = div_ceil(req.device_len, self.page_size)
@@ -79,46 +97,58 @@ class CacheManager:
                 start, end = first_page * self.page_size, last_page * self.page_size
                 rows.append(torch.full((end - start,), req.table_idx, dtype=torch.int64))
                 cols.append(torch.arange(start, end, dtype=torch.int64))
-                spans.append(last_page - first_page)
-        if not spans:
+                needed_pages += last_page - first_page
+        if needed_pages == 0:
             return
-        pages = self._take_pages(sum(spans))
-        slots = (pages[:, None] + torch.arange(self.page_size, device=self.device)).flatten()
-        row_index = torch.cat(rows).to(self.device, non_blocking=True)
-        col_index = torch.cat(cols).to(self.device, non_blocking=True)
+        slots = self._page_to_token(self._allocate(needed_pages))
+        row_index = make_device_tensor(torch.cat(rows), torch.int64, self.device)
+        col_index = make_device_tensor(torch.cat(cols), torch.int64, self.device)
         self.page_table[row_index, col_index] = slots.to(self.page_table.dtype)
 
-    def _take_pages(self, num_pages: int) -> torch.Tensor:
-        """Pop pages off the free list, evicting from the prefix cache when it is short."""
-        if num_pages > self.num_free_pages:
-            needed_tokens = (num_pages - self.num_free_pages) * self.page_size
+    def _allocate(self, needed_pages: int) -> torch.Tensor:
+        """Pop pages off the free list (by first slot), evicting from the prefix cache when it
+        is short."""
+        if needed_pages > self.num_free_pages:
+            needed_tokens = (needed_pages - self.num_free_pages) * self.page_size
             evicted = self.prefix_cache.evict(needed_tokens)
-            self.free_pages = torch.cat([self.free_pages, evicted[:: self.page_size]])
-        if num_pages > self.num_free_pages:  # admission control makes this unreachable
-            raise RuntimeError(f"out of KV pages: need {num_pages}, have {self.num_free_pages}")
-        taken, self.free_pages = self.free_pages[:num_pages], self.free_pages[num_pages:]
+            self.free_slots = torch.cat([self.free_slots, evicted[:: self.page_size]])
+        if needed_pages > self.num_free_pages:  # admission control makes this unreachable
+            raise RuntimeError(f"out of KV pages: need {needed_pages}, have {self.num_free_pages}")
+        taken, self.free_slots = self.free_slots[:needed_pages], self.free_slots[needed_pages:]
         return taken
 
-    def _free_slots(self, slots: torch.Tensor) -> None:
-        """Return the pages starting at these page-aligned slots (one entry per token)."""
-        if len(slots) == 0:
+    def _page_to_token(self, pages: torch.Tensor) -> torch.Tensor:
+        """Pages (by first slot) -> every slot of them: [p, p+1, ..., p+page_size-1, ...]."""
+        offsets = torch.arange(self.page_size, dtype=pages.dtype, device=self.device)
+        return (pages[:, None] + offsets).flatten()
+
+    def _free(self, indices: torch.Tensor) -> None:
+        """Return the pages of these page-aligned slots (one entry per token) to the free
+        list, or to the lazy list while a lazy_free_region is open."""
+        if len(indices) == 0:
             return
-        pages = slots[:: self.page_size]
+        pages = indices[:: self.page_size]
         if self._lazy_freed is not None:
             self._lazy_freed.append(pages)
         else:
-            self.free_pages = torch.cat([self.free_pages, pages])
+            self.free_slots = torch.cat([self.free_slots, pages])
 
     @contextmanager
     def lazy_free_region(self) -> Iterator[None]:
-        """Batch every free inside the block into one concatenation at its end."""
+        """Batch every free inside the block into one concatenation at its end.
+
+        While the block runs, `_free` appends freed pages to the lazy list `self._lazy_freed`
+        (None outside a region) instead of growing `free_slots`. At the end, even if the
+        block raised, the list is reset to None and its pages join `free_slots` in one
+        torch.cat, so no freed page is lost or counted twice.
+        """
         self._lazy_freed = []
         try:
             yield
         finally:
             freed, self._lazy_freed = self._lazy_freed, None
             if freed:
-                self.free_pages = torch.cat([self.free_pages, *freed])
+                self.free_slots = torch.cat([self.free_slots, *freed])
 
     # ----- handing a request's KV to the prefix cache -------------------------------------
 
@@ -136,6 +166,11 @@ class CacheManager:
 
         where old = the handle's cached_len at admission, shared = how much of the insert was
         already cached, and new = the inserted length (cached_len rounded down to a page).
+        Insert with `prefix_cache.insert_prefix`, free with `_free` (each region starts on a
+        page boundary). Afterwards: a finished request holds nothing (its old handle is
+        unlocked); a running one holds the new handle, locked before the old one is unlocked so
+        that nothing it reads can be evicted in between, and its row names only slots it owns
+        or the cache's.
         """
         # A copy: the row may be rewritten below while freed slices of it wait in a lazy free.
         row_slots = self.page_table[req.table_idx, : req.cached_len].clone()
@@ -143,16 +178,17 @@ class CacheManager:
         assert old_handle is not None, "a running request always holds a cache handle"
         ids = req.input_ids[: req.cached_len]
         shared, new_handle = self.prefix_cache.insert_prefix(ids, row_slots)
-        self._free_slots(row_slots[old_handle.cached_len : shared])
+        self._free(row_slots[old_handle.cached_len : shared])
         if finished:
-            self._free_slots(row_slots[new_handle.cached_len :])
+            self._free(row_slots[new_handle.cached_len :])
             self.unlock(old_handle)
             return
         if shared > old_handle.cached_len:
             # Our duplicates are freed: read those tokens' K/V from the cache's slots instead.
             cached_slots = self.prefix_cache.match_prefix(ids[:shared]).indices
-            self.page_table[req.table_idx, old_handle.cached_len : shared] = \
-                cached_slots[old_handle.cached_len : shared].to(self.page_table.dtype)
+            self.page_table[req.table_idx, old_handle.cached_len : shared] = cached_slots[
+                old_handle.cached_len : shared
+            ].to(self.page_table.dtype)
         self.lock(new_handle)  # lock the new path before unlocking the old: nothing evicted
         self.unlock(old_handle)
         req.cache_handle = new_handle
@@ -164,13 +200,16 @@ class CacheManager:
         self.prefix_cache.check_integrity()
         size = self.prefix_cache.size_info
         if size.protected_size:
-            raise RuntimeError(f"{size.protected_size} cached tokens are still locked "
-                               "with no request running")
+            raise RuntimeError(
+                f"{size.protected_size} cached tokens are still locked with no request running"
+            )
         cached_pages = size.total_size // self.page_size
         if self.num_free_pages + cached_pages != self.num_pages:
-            raise RuntimeError(f"page leak: {self.num_free_pages} free + {cached_pages} cached "
-                               f"!= {self.num_pages} pages")
-        if len(torch.unique(self.free_pages)) != self.num_free_pages:
+            raise RuntimeError(
+                f"page leak: {self.num_free_pages} free + {cached_pages} cached "
+                f"!= {self.num_pages} pages"
+            )
+        if len(torch.unique(self.free_slots)) != self.num_free_pages:
             raise RuntimeError("a page is on the free list twice (double free)")
-        if bool((self.free_pages % self.page_size != 0).any()):
+        if bool((self.free_slots % self.page_size != 0).any()):
             raise RuntimeError("a free-list entry is not the first slot of a page")

@@ -1,27 +1,31 @@
-"""Requests waiting to be admitted, and what the scheduler reports for each generated token."""
+"""Requests waiting to be admitted, and what the scheduler reports: each generated token, its
+counters, and a snapshot of its state."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
 import torch
 
 from minisgl.core import SamplingParams
-from minisgl.kvcache import BaseCacheHandle
+
+if TYPE_CHECKING:
+    from minisgl.scheduler.prefill import ChunkedReq
+
+FinishReason = Literal["stop", "length"]
 
 
 @dataclass(eq=False)
 class PendingReq:
-    """A request in the waiting queue: its prompt, and its progress if it is being chunked."""
+    """A request in the waiting queue: its prompt, and its last chunk if it is being chunked."""
 
     uid: int
     input_ids: torch.Tensor  # the whole prompt, CPU int32
     sampling_params: SamplingParams
-    # Set once the first chunk is admitted (chapter 10): the row and cache handle it keeps,
-    # and how many prompt tokens are already in the KV cache.
-    table_idx: int | None = None
-    cache_handle: BaseCacheHandle | None = None
-    cached_len: int = 0
+    # Set by the PrefillManager when a chunk of the prompt is admitted (chapter 10): the
+    # chunk holds the row, the pages and the cache handle that the next chunk goes on with.
+    chunked_req: ChunkedReq | None = None
 
     @property
     def input_len(self) -> int:
@@ -34,11 +38,19 @@ class PendingReq:
 
 @dataclass(frozen=True)
 class TokenOutput:
-    """One generated token of one request, as the scheduler reports it."""
+    """One generated token of one request, as the scheduler reports it.
+
+    finish_reason is None while the request goes on; on its last token it says why it ended:
+    "stop" (it sampled an end-of-sequence token) or "length" (it reached max_tokens).
+    """
 
     uid: int
     token: int
-    finished: bool
+    finish_reason: FinishReason | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
 
 
 @dataclass
@@ -57,3 +69,17 @@ class SchedulerStats:
     @property
     def decode_steps(self) -> int:
         return sum(1 for phase, _, _ in self.steps if phase == "decode")
+
+
+@dataclass(frozen=True)
+class SchedulerStatus:
+    """A snapshot of the scheduler, e.g. for a /metrics endpoint (`Scheduler.status()`)."""
+
+    running: int  # requests in the decode set
+    waiting: int  # requests in the queue, a chunked one included
+    free_pages: int
+    cached_pages: int  # pages held by the prefix cache (evictable or locked)
+    used_pages: int  # pages held by requests and not (yet) cached
+    num_pages: int
+    generated_tokens: int
+    integrity_ok: bool | None  # the last idle integrity check's verdict; None before the first

@@ -6,4 +6,3 @@ from .embedding import LMHead, VocabEmbedding
 from .linear import Linear
 from .norm import RMSNorm
 from .rotary import RotaryEmbedding
-

@@ -18,8 +18,15 @@ class AttentionLayer(nn.Module):
     request's whole cached sequence.
     """
 
-    def __init__(self, layer_id: int, num_heads: int, num_kv_heads: int, head_dim: int,
-                 rotary: RotaryEmbedding, qk_norm_eps: float | None = None) -> None:
+    def __init__(
+        self,
+        layer_id: int,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        rotary: RotaryEmbedding,
+        qk_norm_eps: float | None = None,
+    ) -> None:
         super().__init__()
         self.layer_id = layer_id
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim

@@ -26,8 +26,9 @@ class LMHead(nn.Module):
     checkpoint has no `lm_head.weight` and this module owns no parameter of its own.
     """
 
-    def __init__(self, vocab_size: int, hidden_size: int,
-                 tied_to: VocabEmbedding | None = None) -> None:
+    def __init__(
+        self, vocab_size: int, hidden_size: int, tied_to: VocabEmbedding | None = None
+    ) -> None:
         super().__init__()
         self.tied_to = tied_to
         if tied_to is None:

@@ -18,7 +18,8 @@ class RMSNorm(nn.Module):
         """Normalize in float32 like Hugging Face, scale by weight, keep x's dtype."""
         raise NotImplementedError("ch02: Normalize in float32 like Hugging Face, scale by weight, keep x's dtype.")
 
-    def forward_residual(self, x: torch.Tensor,
-                         residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward_residual(
+        self, x: torch.Tensor, residual: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Add the residual stream first, then normalize: returns (normed, new residual)."""
         raise NotImplementedError("ch02: Add the residual stream first, then normalize: returns (normed, new residual).")

@@ -40,8 +40,9 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 class RotaryEmbedding(nn.Module):
     """Rotate queries and keys by their positions, from a precomputed cos/sin table."""
 
-    def __init__(self, head_dim: int, base: float, max_position: int,
-                 scaling: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, head_dim: int, base: float, max_position: int, scaling: dict[str, Any] | None = None
+    ) -> None:
         super().__init__()
         rope_type = (scaling or {}).get("rope_type", "default")
         if rope_type == "default":
@@ -49,8 +50,9 @@ class RotaryEmbedding(nn.Module):
         elif rope_type == "llama3":
             inv_freq = llama3_inv_freq(head_dim, base, scaling or {})
         else:
-            raise UnsupportedModelError(f"RoPE type {rope_type!r} is not supported "
-                                        "(supported: default, llama3)")
+            raise UnsupportedModelError(
+                f"RoPE type {rope_type!r} is not supported (supported: default, llama3)"
+            )
         freqs = torch.outer(torch.arange(max_position).float(), inv_freq)
         angles = torch.cat((freqs, freqs), dim=-1)  # [max_position, head_dim]
         # Not parameters: computed here, never loaded; buffers follow the module's device.
@@ -59,7 +61,8 @@ class RotaryEmbedding(nn.Module):
         self._positions: torch.Tensor | None = None  # the last positions looked up, and
         self._cos = self._sin = angles[:0]  # their cos and sin
 
-    def forward(self, positions: torch.Tensor, q: torch.Tensor,
-                k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """q: [tokens, heads, head_dim], k: [tokens, kv_heads, head_dim]; returns both rotated."""
         raise NotImplementedError("ch02: q: [tokens, heads, head_dim], k: [tokens, kv_heads, head_dim]; returns both rotated.")

@@ -38,11 +38,14 @@ class ModelConfig:
     def from_dir(cls, model_dir: str | Path) -> ModelConfig:
         path = Path(model_dir) / "config.json"
         if not Path(model_dir).is_dir():
-            raise ModelNotFoundError(f"model directory {model_dir} does not exist "
-                                     "(provision the course models with `python tools/provision.py`)")
+            raise ModelNotFoundError(
+                f"model directory {model_dir} does not exist "
+                "(provision the course models with `python tools/provision.py`)"
+            )
         if not path.is_file():
-            raise ModelNotFoundError(f"{path} is missing: is {model_dir} a Hugging Face model "
-                                     "directory?")
+            raise ModelNotFoundError(
+                f"{path} is missing: is {model_dir} a Hugging Face model directory?"
+            )
         return cls.from_hf(json.loads(path.read_text()))
 
     @classmethod

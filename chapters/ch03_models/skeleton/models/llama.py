@@ -14,8 +14,15 @@ import torch
 from torch import nn
 
 from minisgl.core import get_global_ctx
-from minisgl.layers import (AttentionLayer, Linear, LMHead, RMSNorm, RotaryEmbedding,
-                            VocabEmbedding, silu_and_mul)
+from minisgl.layers import (
+    AttentionLayer,
+    Linear,
+    LMHead,
+    RMSNorm,
+    RotaryEmbedding,
+    VocabEmbedding,
+    silu_and_mul,
+)
 from minisgl.models.config import ModelConfig
 
 
@@ -25,9 +32,14 @@ class LlamaAttention(nn.Module):
         q_size = config.num_heads * config.head_dim
         kv_size = config.num_kv_heads * config.head_dim
         self.qkv_proj = Linear(config.hidden_size, [q_size, kv_size, kv_size], config.qkv_bias)
-        self.attn = AttentionLayer(layer_id, config.num_heads, config.num_kv_heads,
-                                   config.head_dim, rotary,
-                                   config.rms_norm_eps if config.qk_norm else None)
+        self.attn = AttentionLayer(
+            layer_id,
+            config.num_heads,
+            config.num_kv_heads,
+            config.head_dim,
+            rotary,
+            config.rms_norm_eps if config.qk_norm else None,
+        )
         self.o_proj = Linear(q_size, [config.hidden_size], config.o_bias)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -55,8 +67,9 @@ class LlamaDecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = LlamaMLP(config)
 
-    def forward(self, hidden: torch.Tensor,
-                residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, hidden: torch.Tensor, residual: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns this layer's output and the residual stream, not yet added together.
 
         Keeping them apart lets the next layer's norm do the addition (`forward_residual`).
@@ -68,10 +81,12 @@ class LlamaModel(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.embed_tokens = VocabEmbedding(config.vocab_size, config.hidden_size)
-        rotary = RotaryEmbedding(config.head_dim, config.rope_theta,
-                                 config.max_position_embeddings, config.rope_scaling)
+        rotary = RotaryEmbedding(
+            config.head_dim, config.rope_theta, config.max_position_embeddings, config.rope_scaling
+        )
         self.layers = nn.ModuleList(
-            LlamaDecoderLayer(config, i, rotary) for i in range(config.num_layers))
+            LlamaDecoderLayer(config, i, rotary) for i in range(config.num_layers)
+        )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,9 @@ from minisgl.utils import ModelNotFoundError
 IGNORED_SUFFIXES = (".rotary_emb.inv_freq",)
 
 
-def map_weight_name(name: str, name_map: dict[str, tuple[str, int | None]]) -> tuple[str, int | None]:
+def map_weight_name(
+    name: str, name_map: dict[str, tuple[str, int | None]]
+) -> tuple[str, int | None]:
     """Checkpoint tensor name -> (our parameter name, shard of a merged matrix or None)."""
     raise NotImplementedError("ch03: Checkpoint tensor name -> (our parameter name, shard of a merged matrix or None).")
 
@@ -37,8 +39,9 @@ def _shards(model: nn.Module, param_name: str) -> list[int | None]:
     return list(range(len(sizes))) if len(sizes) > 1 else [None]
 
 
-def _copy_into(model: nn.Module, name: str, shard: int | None, tensor: torch.Tensor,
-               key: str) -> None:
+def _copy_into(
+    model: nn.Module, name: str, shard: int | None, tensor: torch.Tensor, key: str
+) -> None:
     module_name, _, param_name = name.rpartition(".")
     module = model.get_submodule(module_name)
     try:
@@ -47,8 +50,10 @@ def _copy_into(model: nn.Module, name: str, shard: int | None, tensor: torch.Ten
         else:
             param = getattr(module, param_name)
             if param.shape != tensor.shape:
-                raise ValueError(f"shape mismatch: expected {tuple(param.shape)}, "
-                                 f"checkpoint has {tuple(tensor.shape)}")
+                raise ValueError(
+                    f"shape mismatch: expected {tuple(param.shape)}, "
+                    f"checkpoint has {tuple(tensor.shape)}"
+                )
             param.data.copy_(tensor)
     except ValueError as error:
         raise ValueError(f"checkpoint tensor {key!r}: {error}") from None

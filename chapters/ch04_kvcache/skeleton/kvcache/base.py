@@ -20,8 +20,9 @@ class BaseKVCachePool(ABC):
         """[num_slots, kv_heads, head_dim] values of one layer."""
 
     @abstractmethod
-    def store_kv(self, k: torch.Tensor, v: torch.Tensor, out_loc: torch.Tensor,
-                 layer_id: int) -> None:
+    def store_kv(
+        self, k: torch.Tensor, v: torch.Tensor, out_loc: torch.Tensor, layer_id: int
+    ) -> None:
         """Write the new tokens' k, v ([tokens, kv_heads, head_dim]) into slots `out_loc`."""
 
     @property
@@ -67,8 +68,9 @@ class BasePrefixCache(ABC):
         """Protect (or release) the prefix of `handle` from eviction while a request uses it."""
 
     @abstractmethod
-    def insert_prefix(self, input_ids: torch.Tensor,
-                      indices: torch.Tensor) -> tuple[int, BaseCacheHandle]:
+    def insert_prefix(
+        self, input_ids: torch.Tensor, indices: torch.Tensor
+    ) -> tuple[int, BaseCacheHandle]:
         """Cache `input_ids` whose K/V live in slots `indices`.
 
         Returns how many leading tokens were already cached (their slots in `indices` are

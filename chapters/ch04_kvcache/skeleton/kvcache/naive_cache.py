@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from minisgl.kvcache.base import (BaseCacheHandle, BasePrefixCache, MatchResult, SizeInfo)
+from minisgl.kvcache.base import BaseCacheHandle, BasePrefixCache, MatchResult, SizeInfo
 
 
 class NaivePrefixCache(BasePrefixCache):
@@ -24,8 +24,9 @@ class NaivePrefixCache(BasePrefixCache):
     def lock_handle(self, handle: BaseCacheHandle, unlock: bool = False) -> None:
         pass  # nothing is cached, so nothing needs protecting
 
-    def insert_prefix(self, input_ids: torch.Tensor,
-                      indices: torch.Tensor) -> tuple[int, BaseCacheHandle]:
+    def insert_prefix(
+        self, input_ids: torch.Tensor, indices: torch.Tensor
+    ) -> tuple[int, BaseCacheHandle]:
         """Keep nothing: 0 tokens were already cached, and the handle holds none."""
         raise NotImplementedError("ch04: Keep nothing: 0 tokens were already cached, and the handle holds none.")
 

@@ -1,8 +1,10 @@
 """Rows of the page table and the token pool: one row per running request.
 
-The page table (owned by the engine, read by attention) maps (row, position) -> KV-pool slot.
-The token pool maps (row, position) -> token id, so a step's input ids can be gathered on the
-device without copying each request's tokens from the CPU again.
+The page table (allocated by the engine, read by attention) maps (row, position) -> KV-pool
+slot. Only the CacheManager writes its entries, since it owns the pages they name; the
+TableManager hands out rows and reads the table. The token pool, which it owns, maps
+(row, position) -> token id, so a step's input ids are gathered on the device without copying
+each request's tokens from the CPU again.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from minisgl.core import Batch, Req
+from minisgl.utils import make_device_tensor
 
 
 class TableManager:
@@ -47,7 +50,8 @@ class TableManager:
     def write_next_tokens(self, batch: Batch, next_tokens: torch.Tensor) -> None:
         """Store each sampled token at position device_len, where the next step reads it.
 
-        A request that samples no token this step (a prompt chunk, chapter 10) is skipped:
-        position device_len of its row holds a prompt token that must stay.
+        Call it before the ledgers advance. A request that samples no token this step (a
+        prompt chunk, chapter 10) is skipped: position device_len of its row holds a prompt
+        token that must stay.
         """
         raise NotImplementedError("ch04: Store each sampled token at position device_len, where the next step reads it.")

@@ -25,8 +25,9 @@ class BaseAttnBackend(ABC):
         """Compute batch.attn_metadata from the batch's ledgers and the page table."""
 
     @abstractmethod
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int,
-                batch: Batch) -> torch.Tensor:
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch
+    ) -> torch.Tensor:
         """Store k, v at batch.out_loc, then attend.
 
         q: [tokens, heads, head_dim]; k, v: [tokens, kv_heads, head_dim]; returns like q.

@@ -20,7 +20,8 @@ class EngineConfig:
     gpu_memory_fraction: float = 0.85  # share of free GPU memory for the KV cache
     max_running_req: int = 32  # rows of the page table: requests that can run at once
     max_seq_len: int | None = None  # None: the model's max_position_embeddings
-    attention_backend: str = "torch"
+    attention_backend: str = "auto"  # "torch", "flashinfer", or "auto": see Engine
+    cuda_graph_max_bs: int | None = None  # decode CUDA graphs up to this batch; None: auto, 0: off
     seed: int = 0  # seeds the sampler's random generator
     show_progress: bool = True  # progress bar while loading weights
 
@@ -29,6 +30,8 @@ class EngineConfig:
             raise ConfigError(f"page_size must be >= 1, got {self.page_size}")
         if self.max_running_req < 1:
             raise ConfigError(f"max_running_req must be >= 1, got {self.max_running_req}")
+        if self.cuda_graph_max_bs is not None and self.cuda_graph_max_bs < 0:
+            raise ConfigError(f"cuda_graph_max_bs must be >= 0, got {self.cuda_graph_max_bs}")
 
     @property
     def resolved_device(self) -> torch.device:

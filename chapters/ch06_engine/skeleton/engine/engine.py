@@ -7,18 +7,67 @@ the batch's inputs; the engine runs the model on it and samples one token per re
 
 from __future__ import annotations
 
+import importlib.util
+from typing import TYPE_CHECKING, Callable, NamedTuple, cast
+
 import torch
 
 from minisgl.attention import BaseAttnBackend, TorchAttnBackend
 from minisgl.core import Batch, Context
 from minisgl.engine.config import EngineConfig
-from minisgl.engine.sample import Sampler
+from minisgl.engine.sample import BatchSamplingArgs, Sampler
 from minisgl.kvcache import BaseKVCachePool, MHAKVCache
 from minisgl.models import ModelConfig, create_model, load_weights
-from minisgl.utils import (InvalidRequestError, RequestTooLongError, UnsupportedModelError,
-                           div_ceil)
+from minisgl.utils import InvalidRequestError, RequestTooLongError, UnsupportedModelError, div_ceil
 
-ATTENTION_BACKENDS: dict[str, type[BaseAttnBackend]] = {"torch": TorchAttnBackend}
+if TYPE_CHECKING:
+    from minisgl.engine.graph import GraphRunner
+
+
+def _flashinfer_backend(engine: Engine) -> BaseAttnBackend:
+    from minisgl.attention.fi import FlashInferBackend  # needs flashinfer: imported on demand
+
+    c = engine.model_config
+    return FlashInferBackend(
+        engine.kv_cache,
+        engine.page_table,
+        engine.page_size,
+        c.num_heads,
+        c.num_kv_heads,
+        c.head_dim,
+    )
+
+
+ATTENTION_BACKENDS: dict[str, Callable[[Engine], BaseAttnBackend]] = {
+    "torch": lambda engine: TorchAttnBackend(engine.kv_cache, engine.page_table),
+    "flashinfer": _flashinfer_backend,
+}
+FLASHINFER_HEAD_DIMS = (64, 128, 256)
+MAX_GRAPH_BATCH_SIZE = 256  # default cap of cuda_graph_max_bs
+
+
+def resolve_attention_backend(
+    name: str, device: torch.device, dtype: torch.dtype, head_dim: int
+) -> str:
+    """ "auto" is FlashInfer where its kernels apply (a GPU, 16-bit floats, a head size it
+    compiles for, the package installed), and torch everywhere else."""
+    if name != "auto":
+        return name
+    usable = (
+        device.type == "cuda"
+        and dtype in (torch.float16, torch.bfloat16)
+        and head_dim in FLASHINFER_HEAD_DIMS
+        and importlib.util.find_spec("flashinfer") is not None
+    )
+    return "flashinfer" if usable else "torch"
+
+
+class ForwardOutput(NamedTuple):
+    """The sampled tokens of one batch: on the device, and on their way to the host."""
+
+    next_tokens_gpu: torch.Tensor  # [batch] on the engine's device (the CPU, without a GPU)
+    next_tokens_cpu: torch.Tensor  # [batch] on the host: valid once copy_done_event completes
+    copy_done_event: torch.cuda.Event | None  # None on the CPU, where there is no copy
 
 
 class Engine:
@@ -28,33 +77,66 @@ class Engine:
         self.dtype = config.resolved_dtype
         self.page_size = config.page_size
         self.model_config = ModelConfig.from_dir(config.model_path)
-        if config.attention_backend not in ATTENTION_BACKENDS:
+        self.backend_name = resolve_attention_backend(
+            config.attention_backend, self.device, self.dtype, self.model_config.head_dim
+        )
+        if self.backend_name not in ATTENTION_BACKENDS:
             raise UnsupportedModelError(
                 f"attention backend {config.attention_backend!r} is not available "
-                f"(choose from: {', '.join(ATTENTION_BACKENDS)})")
+                f"(choose from: auto, {', '.join(ATTENTION_BACKENDS)})"
+            )
         self.model = create_model(self.model_config, self.device, self.dtype)
         load_weights(self.model, config.model_path, progress=config.show_progress)
 
         model_max = self.model_config.max_position_embeddings
         self.max_seq_len = min(config.max_seq_len or model_max, model_max)
         self.num_pages = config.num_pages or self._pages_that_fit()
+        graph_max_bs = self._graph_max_batch_size()
+        # CUDA graphs pad a batch with rows that store K/V too: into one spare page, past the
+        # pages the scheduler hands out.
+        spare_pages = 1 if graph_max_bs else 0
         self.kv_cache: BaseKVCachePool = MHAKVCache(
-            self.num_pages * self.page_size, self.model_config.num_layers,
-            self.model_config.num_kv_heads, self.model_config.head_dim, self.dtype, self.device)
+            (self.num_pages + spare_pages) * self.page_size,
+            self.model_config.num_layers,
+            self.model_config.num_kv_heads,
+            self.model_config.head_dim,
+            self.dtype,
+            self.device,
+        )
         # One row per running request; entry [row, pos] is the KV slot of token `pos`. Rows
         # hold whole pages: the last page of a max_seq_len request may stick out past it.
         row_len = div_ceil(self.max_seq_len, self.page_size) * self.page_size
-        self.page_table = torch.zeros(config.max_running_req, row_len, dtype=torch.int32,
-                                      device=self.device)
-        self.attn_backend = ATTENTION_BACKENDS[config.attention_backend](self.kv_cache,
-                                                                         self.page_table)
+        self.page_table = torch.zeros(
+            config.max_running_req, row_len, dtype=torch.int32, device=self.device
+        )
+        self.attn_backend = ATTENTION_BACKENDS[self.backend_name](self)
         self.ctx = Context(self.page_size, self.kv_cache, self.page_table, self.attn_backend)
         self.sampler = Sampler(self.device, self.model_config.vocab_size, config.seed)
+        self.graph_runner: GraphRunner | None = None
+        if graph_max_bs:
+            from minisgl.engine.graph import GraphAttnBackend, GraphRunner
+
+            backend = cast("GraphAttnBackend", self.attn_backend)  # FlashInfer's, see above
+            self.graph_runner = GraphRunner(
+                self.model, self.ctx, backend, graph_max_bs, pad_page=self.num_pages
+            )
+            self.graph_runner.capture()
 
     @property
     def kv_bytes_per_token(self) -> int:
         c = self.model_config
         return 2 * c.num_layers * c.num_kv_heads * c.head_dim * self.dtype.itemsize
+
+    def _graph_max_batch_size(self) -> int:
+        """Largest decode batch replayed from a CUDA graph; 0 when graphs are off.
+
+        Graphs need a GPU and a backend that can plan into fixed buffers (FlashInfer)."""
+        if self.device.type != "cuda" or self.backend_name != "flashinfer":
+            return 0
+        wanted = self.config.cuda_graph_max_bs
+        if wanted is None:
+            wanted = MAX_GRAPH_BATCH_SIZE
+        return min(wanted, self.config.max_running_req)
 
     def _pages_that_fit(self) -> int:
         """How many KV pages the budget holds (free GPU memory share, or kv_cache_gib on CPU)."""
@@ -70,10 +152,17 @@ class Engine:
 
     def prepare_batch(self, batch: Batch) -> None:
         """Compute the attention metadata of a batch whose inputs are filled in."""
-        self.attn_backend.prepare_metadata(batch)
+        if self.graph_runner is not None and self.graph_runner.can_run(batch):
+            self.graph_runner.prepare(batch)
+        else:
+            self.attn_backend.prepare_metadata(batch)
 
     @torch.inference_mode()
-    def forward_batch(self, batch: Batch) -> torch.Tensor:
-        """Run the model on a prepared batch; return one sampled token id per request."""
-        raise NotImplementedError("ch06: Run the model on a prepared batch; return one sampled token id per request.")
+    def forward_batch(self, batch: Batch, sample_args: BatchSamplingArgs) -> ForwardOutput:
+        """Run the model on a prepared batch and sample one token per request.
 
+        The copy of the tokens to the host is queued right behind the sampling, and an event
+        marks its end: whoever reads next_tokens_cpu waits on that event, not on the device,
+        so on a GPU the CPU can prepare the next batch while this one runs.
+        """
+        raise NotImplementedError("ch06: Run the model on a prepared batch and sample one token per request.")

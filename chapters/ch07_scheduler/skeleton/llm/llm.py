@@ -27,9 +27,12 @@ class LLM:
         self.scheduler = Scheduler(SchedulerConfig(model_path, **config))
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
 
-    def generate(self, prompts: Sequence[str] | Sequence[list[int]] | str,
-                 sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
-                 progress: bool = False) -> list[dict[str, Any]]:
+    def generate(
+        self,
+        prompts: Sequence[str] | Sequence[list[int]] | str,
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        progress: bool = False,
+    ) -> list[dict[str, Any]]:
         """Generate for every prompt (a string, or a list of token ids).
 
         Returns one dict per prompt, in order: `text`, `token_ids` (generated ids),

@@ -1,9 +1,12 @@
-"""The CacheManager: the one owner of KV pages.
+"""The CacheManager: the one owner of KV pages, and the one writer of the page table.
 
-A page is `page_size` consecutive KV slots; the free list stores each free page by its first
-slot. Pages move between three places: the free list, requests (through their page-table
-rows), and the prefix cache. Every page is in exactly one of them, which `check_integrity`
-verifies whenever the scheduler has nothing running.
+A page is `page_size` consecutive KV slots; the free list `free_slots` stores each free page
+by its first slot. Pages move between three places: the free list, requests (through their
+page-table rows), and the prefix cache. Every page is in exactly one of them, which
+`check_integrity` verifies whenever the scheduler has nothing running. Since a page-table
+entry names a page, every write of an entry happens here: `map_prefix` (a new request's
+cached prefix), `allocate_paged` (new pages) and `cache_req` (duplicates swapped for the
+cache's copy).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import torch
 
 from minisgl.core import Req
 from minisgl.kvcache import BaseCacheHandle, BasePrefixCache, MatchResult, NaivePrefixCache
-from minisgl.utils import div_ceil
+from minisgl.utils import div_ceil, make_device_tensor
 
 
 def create_prefix_cache(cache_type: str, device: torch.device, page_size: int) -> BasePrefixCache:
@@ -27,21 +30,27 @@ def create_prefix_cache(cache_type: str, device: torch.device, page_size: int) -
 
 
 class CacheManager:
-    def __init__(self, num_pages: int, page_size: int, page_table: torch.Tensor,
-                 prefix_cache: BasePrefixCache) -> None:
+    def __init__(
+        self,
+        num_pages: int,
+        page_size: int,
+        page_table: torch.Tensor,
+        prefix_cache: BasePrefixCache,
+    ) -> None:
         self.num_pages = num_pages
         self.page_size = page_size
         self.page_table = page_table
         self.device = page_table.device
         self.prefix_cache = prefix_cache
-        self.free_pages = torch.arange(num_pages, dtype=torch.int32, device=self.device) * page_size
-        self._lazy_freed: list[torch.Tensor] | None = None
+        # The free pages, each by its first slot: with page_size 2, [0, 2, 4, ...].
+        self.free_slots = torch.arange(num_pages, dtype=torch.int32, device=self.device) * page_size
+        self._lazy_freed: list[torch.Tensor] | None = None  # pages freed inside lazy_free_region
 
     # ----- what is available --------------------------------------------------------------
 
     @property
     def num_free_pages(self) -> int:
-        return len(self.free_pages)
+        return len(self.free_slots)
 
     @property
     def available_size(self) -> int:
@@ -61,28 +70,47 @@ class CacheManager:
     def unlock(self, handle: BaseCacheHandle) -> None:
         self.prefix_cache.lock_handle(handle, unlock=True)
 
+    def map_prefix(self, table_idx: int, match: MatchResult) -> None:
+        """Point the first entries of a newly admitted request's row at its matched prefix."""
+        raise NotImplementedError("ch08: Point the first entries of a newly admitted request's row at its matched prefix.")
+
     # ----- allocation ---------------------------------------------------------------------
 
     def allocate_paged(self, reqs: list[Req]) -> None:
         """Give every request the pages its next forward writes into.
 
         A request owns pages [0, ceil(cached_len / page)) already; positions up to device_len
-        need pages up to ceil(device_len / page). All new slots go into the page table in one
-        indexed write.
+        need pages up to ceil(device_len / page). Take all missing pages with one `_allocate`,
+        expand them with `_page_to_token`, and put the slots into the page table in one
+        indexed write, whose row and column indices are built on the host and copied once
+        (`make_device_tensor`). Afterwards every position < device_len of each row names a
+        slot, and each page-aligned run of page_size positions lies in one page.
         """
         raise NotImplementedError("ch08: Give every request the pages its next forward writes into.")
 
-    def _take_pages(self, num_pages: int) -> torch.Tensor:
-        """Pop pages off the free list, evicting from the prefix cache when it is short."""
-        raise NotImplementedError("ch08: Pop pages off the free list, evicting from the prefix cache when it is short.")
+    def _allocate(self, needed_pages: int) -> torch.Tensor:
+        """Pop pages off the free list (by first slot), evicting from the prefix cache when it
+        is short."""
+        raise NotImplementedError("ch08: Pop pages off the free list (by first slot), evicting from the prefix cache when it")
 
-    def _free_slots(self, slots: torch.Tensor) -> None:
-        """Return the pages starting at these page-aligned slots (one entry per token)."""
-        raise NotImplementedError("ch08: Return the pages starting at these page-aligned slots (one entry per token).")
+    def _page_to_token(self, pages: torch.Tensor) -> torch.Tensor:
+        """Pages (by first slot) -> every slot of them: [p, p+1, ..., p+page_size-1, ...]."""
+        raise NotImplementedError("ch08: Pages (by first slot) -> every slot of them: [p, p+1, ..., p+page_size-1, ...].")
+
+    def _free(self, indices: torch.Tensor) -> None:
+        """Return the pages of these page-aligned slots (one entry per token) to the free
+        list, or to the lazy list while a lazy_free_region is open."""
+        raise NotImplementedError("ch08: Return the pages of these page-aligned slots (one entry per token) to the free")
 
     @contextmanager
     def lazy_free_region(self) -> Iterator[None]:
-        """Batch every free inside the block into one concatenation at its end."""
+        """Batch every free inside the block into one concatenation at its end.
+
+        While the block runs, `_free` appends freed pages to the lazy list `self._lazy_freed`
+        (None outside a region) instead of growing `free_slots`. At the end, even if the
+        block raised, the list is reset to None and its pages join `free_slots` in one
+        torch.cat, so no freed page is lost or counted twice.
+        """
         raise NotImplementedError("ch08: Batch every free inside the block into one concatenation at its end.")
 
     # ----- handing a request's KV to the prefix cache -------------------------------------
@@ -101,6 +129,11 @@ class CacheManager:
 
         where old = the handle's cached_len at admission, shared = how much of the insert was
         already cached, and new = the inserted length (cached_len rounded down to a page).
+        Insert with `prefix_cache.insert_prefix`, free with `_free` (each region starts on a
+        page boundary). Afterwards: a finished request holds nothing (its old handle is
+        unlocked); a running one holds the new handle, locked before the old one is unlocked so
+        that nothing it reads can be evicted in between, and its row names only slots it owns
+        or the cache's.
         """
         raise NotImplementedError("ch08: Insert the request's computed prefix into the prefix cache and settle its pages.")
 

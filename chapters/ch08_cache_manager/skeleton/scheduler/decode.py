@@ -8,11 +8,11 @@ from minisgl.core import Batch, Req
 class DecodeManager:
     def __init__(self, page_size: int) -> None:
         self.page_size = page_size
-        self.running: dict[int, Req] = {}  # uid -> request, in admission order
+        self.running_reqs: dict[int, Req] = {}  # uid -> request, in admission order
 
     @property
     def runnable(self) -> bool:
-        return bool(self.running)
+        return bool(self.running_reqs)
 
     @property
     def inflight_tokens(self) -> int:
@@ -23,20 +23,25 @@ class DecodeManager:
         """
         raise NotImplementedError("ch08: KV tokens the running requests may still allocate: their worst case.")
 
-    def add_reqs(self, reqs: list[Req]) -> None:
-        """After a forward: requests that can decode join (or stay); the others leave."""
+    def filter_reqs(self, reqs: list[Req]) -> None:
+        """After a forward: the batch's requests that can decode join (or stay in) the running
+        set; the others (a prompt chunk, a request at max_tokens) leave it or never join."""
         for req in reqs:
             if req.can_decode:
-                self.running.setdefault(req.uid, req)
+                self.running_reqs.setdefault(req.uid, req)
             else:
-                self.running.pop(req.uid, None)
+                self.running_reqs.pop(req.uid, None)
 
     def remove_req(self, req: Req) -> None:
         """Drop a finished request from the running set (no error if it already left)."""
-        self.running.pop(req.uid, None)
+        self.running_reqs.pop(req.uid, None)
+
+    def abort_req(self, uid: int) -> Req | None:
+        """Take request `uid` out of the running set; return it, or None if it is not there."""
+        return self.running_reqs.pop(uid, None)
 
     def schedule_next_batch(self) -> Batch | None:
         """Every running request decodes one token together."""
-        if not self.running:
+        if not self.running_reqs:
             return None
-        return Batch(list(self.running.values()), "decode")
+        return Batch(list(self.running_reqs.values()), "decode")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from minisgl.core import Batch, Req
+from minisgl.kvcache import BaseCacheHandle
 from minisgl.scheduler.cache import CacheManager
 from minisgl.scheduler.decode import DecodeManager
 from minisgl.scheduler.table import TableManager
@@ -42,61 +43,107 @@ class PrefillAdder:
     cache_manager: CacheManager
     table_manager: TableManager
     token_budget: int  # prompt tokens this batch may still compute
-    reserved_tokens: int  # KV tokens already promised to running and admitted requests
+    reserved_size: int  # KV tokens already promised to running and admitted requests
 
-    def worst_case_tokens(self, pending: PendingReq, cached_len: int) -> int:
+    def worst_case_tokens(self, pending_req: PendingReq, cached_len: int) -> int:
         """KV slots the request may still take: prompt + output + one page of slack, minus the
         pages it already holds (its cached prefix, or the chunks computed so far)."""
         raise NotImplementedError("ch08: KV slots the request may still take: prompt + output + one page of slack, minus the")
 
-    def try_add(self, pending: PendingReq) -> Req | None:
-        """Admit `pending` (or its next chunk) into the batch, or return None if it must wait."""
-        raise NotImplementedError("ch08: Admit `pending` (or its next chunk) into the batch, or return None if it must wait.")
+    def try_add_one(self, pending_req: PendingReq) -> Req | None:
+        """Admit `pending_req` (or its next chunk) into the batch, or return None if it must wait.
 
-    def _make_req(self, pending: PendingReq) -> Req:
-        """Turn an admitted pending request into a Req, or a ChunkedReq if the budget runs out."""
-        extend = min(pending.input_len - pending.cached_len, self.token_budget)
+        It must wait when the token budget is spent, when no table row is free, or when its
+        worst case (`worst_case_tokens`) does not fit: reserved_size + worst case must stay
+        <= the cache manager's available_size. A first admission matches the prefix cache
+        (`match_req`) and locks the match before measuring, so that the eviction this
+        admission may cause cannot take the match; if the request does not fit, unlock it
+        again and leave no trace. If it fits: take a row, point the row at the match
+        (`map_prefix`), add the worst case to reserved_size and build the request with
+        `_add_one_req`. A later chunk (pending_req.chunked_req is set) already holds its row,
+        pages and handle: it only needs room for its worst case from where the chunk ended.
+        """
+        raise NotImplementedError("ch08: Admit `pending_req` (or its next chunk) into the batch, or return None if it must wait.")
+
+    def _add_one_req(
+        self,
+        pending_req: PendingReq,
+        cache_handle: BaseCacheHandle | None,
+        table_idx: int,
+        cached_len: int,
+    ) -> Req:
+        """Build the Req of an admitted request: the rest of its prompt from cached_len, or a
+        ChunkedReq up to where the token budget runs out; spend that budget."""
+        extend = min(pending_req.input_len - cached_len, self.token_budget)
         self.token_budget -= extend
-        end = pending.cached_len + extend
-        req_class = ChunkedReq if end < pending.input_len else Req
-        assert pending.table_idx is not None
-        return req_class(input_ids=pending.input_ids[:end], table_idx=pending.table_idx,
-                         cached_len=pending.cached_len, output_len=pending.output_len,
-                         uid=pending.uid, sampling_params=pending.sampling_params,
-                         cache_handle=pending.cache_handle)
+        end = cached_len + extend
+        req_class = ChunkedReq if end < pending_req.input_len else Req
+        return req_class(
+            input_ids=pending_req.input_ids[:end],
+            table_idx=table_idx,
+            cached_len=cached_len,
+            output_len=pending_req.output_len,
+            uid=pending_req.uid,
+            sampling_params=pending_req.sampling_params,
+            cache_handle=cache_handle,
+        )
 
 
 class PrefillManager:
-    def __init__(self, cache_manager: CacheManager, table_manager: TableManager,
-                 decode_manager: DecodeManager) -> None:
+    def __init__(
+        self,
+        cache_manager: CacheManager,
+        table_manager: TableManager,
+        decode_manager: DecodeManager,
+    ) -> None:
         self.cache_manager = cache_manager
         self.table_manager = table_manager
         self.decode_manager = decode_manager
-        self.pending: list[PendingReq] = []
+        self.pending_list: list[PendingReq] = []
 
     @property
     def runnable(self) -> bool:
-        return bool(self.pending)
+        return bool(self.pending_list)
 
-    def add_one_req(self, pending: PendingReq) -> None:
-        self.pending.append(pending)
+    def add_one_req(self, pending_req: PendingReq) -> None:
+        self.pending_list.append(pending_req)
 
-    def schedule_next_batch(self, token_budget: int) -> Batch | None:
+    def abort_req(self, uid: int) -> PendingReq | None:
+        """Take request `uid` out of the queue; return it, or None if it is not waiting."""
+        for i, pending_req in enumerate(self.pending_list):
+            if pending_req.uid == uid:
+                return self.pending_list.pop(i)
+        return None
+
+    def schedule_next_batch(self, prefill_budget: int) -> Batch | None:
         """Admit waiting requests in arrival order until one does not fit; a chunked request
-        stays at the head of the queue until its last chunk is admitted."""
-        adder = PrefillAdder(self.cache_manager, self.table_manager, token_budget,
-                             self.decode_manager.inflight_tokens)
+        stays at the head of the queue until its last chunk is admitted.
+
+        Admission stops at the first request that must wait, even if a smaller one behind it
+        would fit: first come, first served, so a large request cannot be starved. Each
+        admitted entry's `chunked_req` is set here, and only here: to its chunk if it was
+        chunked, else back to None.
+        """
+        adder = PrefillAdder(
+            self.cache_manager,
+            self.table_manager,
+            prefill_budget,
+            self.decode_manager.inflight_tokens,
+        )
         reqs: list[Req] = []
-        for pending in self.pending:
-            req = adder.try_add(pending)
+        for pending_req in self.pending_list:
+            req = adder.try_add_one(pending_req)
             if req is None:
                 break
             reqs.append(req)
             if isinstance(req, ChunkedReq):
-                pending.cached_len = req.device_len
                 break  # the budget is spent
         if not reqs:
             return None
-        done = {req.uid for req in reqs if not isinstance(req, ChunkedReq)}
-        self.pending = [p for p in self.pending if p.uid not in done]
+        admitted = self.pending_list[: len(reqs)]
+        for pending_req, req in zip(admitted, reqs):
+            pending_req.chunked_req = req if isinstance(req, ChunkedReq) else None
+        self.pending_list = [p for p in admitted if p.chunked_req is not None] + self.pending_list[
+            len(reqs) :
+        ]
         return Batch(reqs, "prefill")

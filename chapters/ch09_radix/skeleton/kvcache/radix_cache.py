@@ -66,11 +66,20 @@ class RadixPrefixCache(BasePrefixCache):
         """Follow ids down the tree, splitting the last edge where the match ends inside it.
 
         Returns the deepest node reached and the number of tokens matched (a page multiple).
+        At each node, pick the child by `_child_key` of the rest of ids, measure the common
+        prefix with `_match_len`, `_split` the child if the match ends inside its edge, and
+        touch every node passed (`last_access`) so LRU eviction spares recently used paths.
         """
         raise NotImplementedError("ch09: Follow ids down the tree, splitting the last edge where the match ends inside it.")
 
     def _split(self, node: RadixNode, at: int) -> RadixNode:
-        """Cut node's edge after `at` tokens; return the new upper node (node stays below)."""
+        """Cut node's edge after `at` tokens; return the new upper node (node stays below).
+
+        The upper node takes the first `at` tokens and slots, the parent's child entry, and
+        node's ref_count and last_access (every request locking node also locks the path
+        above it); node keeps the rest and becomes the upper node's only child. Sizes do not
+        change: the same tokens are cached, in two nodes instead of one.
+        """
         raise NotImplementedError("ch09: Cut node's edge after `at` tokens; return the new upper node (node stays below).")
 
     def _path_values(self, node: RadixNode) -> torch.Tensor:
@@ -87,20 +96,36 @@ class RadixPrefixCache(BasePrefixCache):
     # ----- locking ------------------------------------------------------------------------
 
     def lock_handle(self, handle: BaseCacheHandle, unlock: bool = False) -> None:
-        """Add (or remove) one reference on every node from the handle's node up to the root."""
+        """Add (or remove) one reference on every node from the handle's node up to the root.
+
+        A node's tokens move from evictable to protected when its count leaves 0, and back
+        when it returns to 0: keep `_evictable_size` and `_protected_size` in step. The root
+        is never counted.
+        """
         raise NotImplementedError("ch09: Add (or remove) one reference on every node from the handle's node up to the root.")
 
     # ----- insertion ----------------------------------------------------------------------
 
-    def insert_prefix(self, input_ids: torch.Tensor,
-                      indices: torch.Tensor) -> tuple[int, BaseCacheHandle]:
-        """Insert the page-aligned prefix; return how much was already cached and a handle."""
+    def insert_prefix(
+        self, input_ids: torch.Tensor, indices: torch.Tensor
+    ) -> tuple[int, BaseCacheHandle]:
+        """Insert the page-aligned prefix; return how much was already cached and a handle.
+
+        Only whole pages are cached: cut input_ids to a page multiple, `_walk` it, and hang the
+        unmatched rest below the node reached as one new (unlocked, evictable) leaf with its
+        slots. The caller frees its own slots of the part that was already cached.
+        """
         raise NotImplementedError("ch09: Insert the page-aligned prefix; return how much was already cached and a handle.")
 
     # ----- eviction -----------------------------------------------------------------------
 
     def evict(self, num_tokens: int) -> torch.Tensor:
-        """Evict LRU unlocked leaves until num_tokens are freed; return their slots."""
+        """Evict LRU unlocked leaves until num_tokens are freed; return their slots.
+
+        Only a leaf with ref_count 0 may go, least recently used first (a heap on
+        last_access); removing a leaf may turn its parent into an evictable leaf, which then
+        joins the heap. Raise RuntimeError if fewer than num_tokens are evictable.
+        """
         raise NotImplementedError("ch09: Evict LRU unlocked leaves until num_tokens are freed; return their slots.")
 
     # ----- accounting ---------------------------------------------------------------------
@@ -123,8 +148,10 @@ class RadixPrefixCache(BasePrefixCache):
             if node is self.root:
                 continue
             if len(node.key) != len(node.value) or len(node.key) % self.page_size:
-                raise RuntimeError(f"radix node with {len(node.key)} tokens and "
-                                   f"{len(node.value)} slots (page_size {self.page_size})")
+                raise RuntimeError(
+                    f"radix node with {len(node.key)} tokens and "
+                    f"{len(node.value)} slots (page_size {self.page_size})"
+                )
             assert node.parent is not None
             if node.parent is not self.root and node.parent.ref_count < node.ref_count:
                 raise RuntimeError("a node is locked more often than its parent")
@@ -135,4 +162,5 @@ class RadixPrefixCache(BasePrefixCache):
         if (evictable, protected) != (self._evictable_size, self._protected_size):
             raise RuntimeError(
                 f"radix size accounting is off: counted evictable={evictable}, "
-                f"protected={protected}; recorded {self._evictable_size}, {self._protected_size}")
+                f"protected={protected}; recorded {self._evictable_size}, {self._protected_size}"
+            )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from minisgl.core import Batch, Req
+from minisgl.kvcache import BaseCacheHandle
 from minisgl.scheduler.cache import CacheManager
 from minisgl.scheduler.decode import DecodeManager
 from minisgl.scheduler.table import TableManager
@@ -42,76 +43,118 @@ class PrefillAdder:
     cache_manager: CacheManager
     table_manager: TableManager
     token_budget: int  # prompt tokens this batch may still compute
-    reserved_tokens: int  # KV tokens already promised to running and admitted requests
+    reserved_size: int  # KV tokens already promised to running and admitted requests
 
-    def worst_case_tokens(self, pending: PendingReq, cached_len: int) -> int:
+    def worst_case_tokens(self, pending_req: PendingReq, cached_len: int) -> int:
         """KV slots the request may still take: prompt + output + one page of slack, minus the
         pages it already holds (its cached prefix, or the chunks computed so far)."""
         page = self.cache_manager.page_size
         held = div_ceil(cached_len, page) * page
-        return pending.input_len + pending.output_len + page - held
+        return pending_req.input_len + pending_req.output_len + page - held
 
-    def try_add(self, pending: PendingReq) -> Req | None:
-        """Admit `pending` (or its next chunk) into the batch, or return None if it must wait."""
+    def try_add_one(self, pending_req: PendingReq) -> Req | None:
+        """Admit `pending_req` (or its next chunk) into the batch, or return None if it must wait.
+
+        It must wait when the token budget is spent, when no table row is free, or when its
+        worst case (`worst_case_tokens`) does not fit: reserved_size + worst case must stay
+        <= the cache manager's available_size. A first admission matches the prefix cache
+        (`match_req`) and locks the match before measuring, so that the eviction this
+        admission may cause cannot take the match; if the request does not fit, unlock it
+        again and leave no trace. If it fits: take a row, point the row at the match
+        (`map_prefix`), add the worst case to reserved_size and build the request with
+        `_add_one_req`. A later chunk (pending_req.chunked_req is set) already holds its row,
+        pages and handle: it only needs room for its worst case from where the chunk ended.
+        """
         if self.token_budget <= 0:
             return None
-        if pending.table_idx is None:  # first admission: match the prefix cache, take a row
-            if self.table_manager.available_size == 0:
+        if (chunk := pending_req.chunked_req) is not None:
+            need = self.worst_case_tokens(pending_req, chunk.cached_len)
+            if self.reserved_size + need > self.cache_manager.available_size:
                 return None
-            match = self.cache_manager.match_req(pending.input_ids)
-            self.cache_manager.lock(match.handle)  # protect the match from our own eviction
-            need = self.worst_case_tokens(pending, match.handle.cached_len)
-            if self.reserved_tokens + need > self.cache_manager.available_size:
-                self.cache_manager.unlock(match.handle)
-                return None
-            pending.table_idx = self.table_manager.allocate()
-            pending.cache_handle = match.handle
-            pending.cached_len = match.handle.cached_len
-            self.cache_manager.page_table[pending.table_idx, : pending.cached_len] = \
-                match.indices.to(self.cache_manager.page_table.dtype)
-        else:  # a later chunk: the request already holds its row, pages and handle
-            need = self.worst_case_tokens(pending, pending.cached_len)
-            if self.reserved_tokens + need > self.cache_manager.available_size:
-                return None
-        self.reserved_tokens += need
-        return self._make_req(pending)
+            self.reserved_size += need
+            return self._add_one_req(
+                pending_req, chunk.cache_handle, chunk.table_idx, chunk.cached_len
+            )
+        if self.table_manager.available_size == 0:
+            return None
+        match = self.cache_manager.match_req(pending_req.input_ids)
+        self.cache_manager.lock(match.handle)  # protect the match from our own eviction
+        need = self.worst_case_tokens(pending_req, match.handle.cached_len)
+        if self.reserved_size + need > self.cache_manager.available_size:
+            self.cache_manager.unlock(match.handle)
+            return None
+        table_idx = self.table_manager.allocate()
+        self.cache_manager.map_prefix(table_idx, match)
+        self.reserved_size += need
+        return self._add_one_req(pending_req, match.handle, table_idx, match.handle.cached_len)
 
-    def _make_req(self, pending: PendingReq) -> Req:
-        """Turn an admitted pending request into a Req, or a ChunkedReq if the budget runs out."""
-        raise NotImplementedError("ch10: Turn an admitted pending request into a Req, or a ChunkedReq if the budget runs out.")
+    def _add_one_req(
+        self,
+        pending_req: PendingReq,
+        cache_handle: BaseCacheHandle | None,
+        table_idx: int,
+        cached_len: int,
+    ) -> Req:
+        """Build the Req of an admitted request: the rest of its prompt from cached_len, or a
+        ChunkedReq up to where the token budget runs out; spend that budget."""
+        raise NotImplementedError("ch10: Build the Req of an admitted request: the rest of its prompt from cached_len, or a")
 
 
 class PrefillManager:
-    def __init__(self, cache_manager: CacheManager, table_manager: TableManager,
-                 decode_manager: DecodeManager) -> None:
+    def __init__(
+        self,
+        cache_manager: CacheManager,
+        table_manager: TableManager,
+        decode_manager: DecodeManager,
+    ) -> None:
         self.cache_manager = cache_manager
         self.table_manager = table_manager
         self.decode_manager = decode_manager
-        self.pending: list[PendingReq] = []
+        self.pending_list: list[PendingReq] = []
 
     @property
     def runnable(self) -> bool:
-        return bool(self.pending)
+        return bool(self.pending_list)
 
-    def add_one_req(self, pending: PendingReq) -> None:
-        self.pending.append(pending)
+    def add_one_req(self, pending_req: PendingReq) -> None:
+        self.pending_list.append(pending_req)
 
-    def schedule_next_batch(self, token_budget: int) -> Batch | None:
+    def abort_req(self, uid: int) -> PendingReq | None:
+        """Take request `uid` out of the queue; return it, or None if it is not waiting."""
+        for i, pending_req in enumerate(self.pending_list):
+            if pending_req.uid == uid:
+                return self.pending_list.pop(i)
+        return None
+
+    def schedule_next_batch(self, prefill_budget: int) -> Batch | None:
         """Admit waiting requests in arrival order until one does not fit; a chunked request
-        stays at the head of the queue until its last chunk is admitted."""
-        adder = PrefillAdder(self.cache_manager, self.table_manager, token_budget,
-                             self.decode_manager.inflight_tokens)
+        stays at the head of the queue until its last chunk is admitted.
+
+        Admission stops at the first request that must wait, even if a smaller one behind it
+        would fit: first come, first served, so a large request cannot be starved. Each
+        admitted entry's `chunked_req` is set here, and only here: to its chunk if it was
+        chunked, else back to None.
+        """
+        adder = PrefillAdder(
+            self.cache_manager,
+            self.table_manager,
+            prefill_budget,
+            self.decode_manager.inflight_tokens,
+        )
         reqs: list[Req] = []
-        for pending in self.pending:
-            req = adder.try_add(pending)
+        for pending_req in self.pending_list:
+            req = adder.try_add_one(pending_req)
             if req is None:
                 break
             reqs.append(req)
             if isinstance(req, ChunkedReq):
-                pending.cached_len = req.device_len
                 break  # the budget is spent
         if not reqs:
             return None
-        done = {req.uid for req in reqs if not isinstance(req, ChunkedReq)}
-        self.pending = [p for p in self.pending if p.uid not in done]
+        admitted = self.pending_list[: len(reqs)]
+        for pending_req, req in zip(admitted, reqs):
+            pending_req.chunked_req = req if isinstance(req, ChunkedReq) else None
+        self.pending_list = [p for p in admitted if p.chunked_req is not None] + self.pending_list[
+            len(reqs) :
+        ]
         return Batch(reqs, "prefill")

@@ -21,162 +21,280 @@ from typing import NamedTuple
 import torch
 
 from minisgl.core import Batch, Req, SamplingParams
-from minisgl.engine import Engine
+from minisgl.engine import BatchSamplingArgs, Engine, ForwardOutput
 from minisgl.env import ENV
 from minisgl.scheduler.cache import CacheManager, create_prefix_cache
 from minisgl.scheduler.config import SchedulerConfig
 from minisgl.scheduler.decode import DecodeManager
 from minisgl.scheduler.prefill import ChunkedReq, PrefillManager
 from minisgl.scheduler.table import TableManager
-from minisgl.scheduler.utils import PendingReq, SchedulerStats, TokenOutput
+from minisgl.scheduler.utils import (
+    FinishReason,
+    PendingReq,
+    SchedulerStats,
+    SchedulerStatus,
+    TokenOutput,
+)
+from minisgl.utils import InvalidRequestError
 
 
-class ForwardData(NamedTuple):
-    """A launched batch and its sampled tokens, on their way to the CPU."""
+class ForwardInput(NamedTuple):
+    """A scheduled batch, ready to run: its inputs filled in, and its sampling arguments."""
 
     batch: Batch
-    next_tokens_host: torch.Tensor  # valid once `copy_done` has completed
-    copy_done: torch.cuda.Event | None  # None on the CPU, where the copy is immediate
+    sample_args: BatchSamplingArgs
 
 
-def start_copy_to_host(tokens: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
-    """Queue the device-to-host copy of the sampled tokens right behind the sampling.
-
-    Waiting on this event (not on the whole device) is what lets overlap work on a GPU: the
-    copy of batch N completes before batch N+1's kernels, which were queued after it.
-    """
-    if tokens.device.type == "cpu":
-        return tokens, None
-    host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
-    host.copy_(tokens, non_blocking=True)
-    event = torch.cuda.Event()
-    event.record()
-    return host, event
+ForwardData = tuple[ForwardInput, ForwardOutput]  # a launched batch and what it sampled
 
 
 class Scheduler:
+    """The scheduling loop, driven one iteration at a time by `step()`.
+
+    The API the layers above use (LLM.generate, the scheduler process of the server):
+    `add_request`, `check_request_fits`, `abort_request`, `step`, `has_work`, `status`.
+    """
+
     def __init__(self, config: SchedulerConfig) -> None:
         self.config = config
         self.engine = Engine(config)
         self.table_manager = TableManager(config.max_running_req, self.engine.page_table)
         prefix_cache = create_prefix_cache(config.cache_type, self.engine.device, config.page_size)
-        self.cache_manager = CacheManager(self.engine.num_pages, config.page_size,
-                                          self.engine.page_table, prefix_cache)
+        self.cache_manager = CacheManager(
+            self.engine.num_pages, config.page_size, self.engine.page_table, prefix_cache
+        )
         self.decode_manager = DecodeManager(config.page_size)
-        self.prefill_manager = PrefillManager(self.cache_manager, self.table_manager,
-                                              self.decode_manager)
+        self.prefill_manager = PrefillManager(
+            self.cache_manager, self.table_manager, self.decode_manager
+        )
         self.eos_token_ids = set(self.engine.model_config.eos_token_ids)
-        self.overlap = (not ENV.DISABLE_OVERLAP if config.enable_overlap is None
-                        else config.enable_overlap)
+        self.overlap = (
+            not ENV.DISABLE_OVERLAP if config.enable_overlap is None else config.enable_overlap
+        )
         self.stats = SchedulerStats()
+        self.finished_reqs: set[Req] = set()  # finished in the last processed batch
+        self.pending_aborts: set[Req] = set()  # aborted; freed once no launched batch uses them
         self._next_uid = 0
         self._last_phase: str | None = None
         self._last_data: ForwardData | None = None  # launched, results not yet processed
-        self._finished_last_round: set[Req] = set()
+        self._integrity_ok: bool | None = None
 
-    # ----- requests in ----------------------------------------------------------------------
+    # ----- requests in and out --------------------------------------------------------------
 
-    def add_request(self, input_ids: list[int] | torch.Tensor,
-                    sampling_params: SamplingParams) -> int:
-        """Queue a request; returns its uid. Raises (and queues nothing) if it can never run."""
+    def check_request_fits(self, prompt_len: int, max_tokens: int) -> None:
+        """Raise InvalidRequestError (RequestTooLongError if too long) for a request that
+        could never run: an empty prompt, or one longer than max_seq_len or the KV pool."""
+        self.engine.check_request_fits(prompt_len, max_tokens)
+
+    def add_request(
+        self,
+        input_ids: list[int] | torch.Tensor,
+        sampling_params: SamplingParams,
+        uid: int | None = None,
+    ) -> int:
+        """Queue a request; return its uid (the one given, or a new one).
+
+        Raises InvalidRequestError or RequestTooLongError, and queues nothing, if the request
+        can never run or if `uid` belongs to a request that is still waiting or running.
+        """
         ids = torch.as_tensor(input_ids, dtype=torch.int32).flatten().cpu()
-        self.engine.check_request_fits(len(ids), sampling_params.max_tokens)
-        uid, self._next_uid = self._next_uid, self._next_uid + 1
+        self.check_request_fits(len(ids), sampling_params.max_tokens)
+        if uid is None:
+            uid = self._next_uid
+        elif uid in self.decode_manager.running_reqs or any(
+            p.uid == uid for p in self.prefill_manager.pending_list
+        ):
+            raise InvalidRequestError(f"request uid {uid} is already in use")
+        self._next_uid = max(self._next_uid, uid + 1)
         self.stats.prompt_tokens += len(ids)
         self.prefill_manager.add_one_req(PendingReq(uid, ids, sampling_params))
         return uid
 
+    def abort_request(self, uid: int) -> bool:
+        """Remove a waiting or running request; False if no such request is waiting or running.
+
+        An aborted request simply produces no more TokenOutputs: the last one it produced has
+        finish_reason None, and whoever aborted it knows why it ended.
+        Its row, pages and cache lock are freed at once, or, with overlap, as soon as no
+        launched batch uses them: at the latest when the in-flight batch's results are
+        processed.
+        """
+        pending_req = self.prefill_manager.abort_req(uid)
+        if pending_req is not None:
+            held = pending_req.chunked_req  # a chunked prompt holds a row, pages and a lock
+        else:
+            held = self.decode_manager.abort_req(uid)
+            if held is None:
+                return False
+        if held is not None:
+            self.pending_aborts.add(held)
+            self._free_pending_aborts()
+        return True
+
     @property
     def has_work(self) -> bool:
-        return (self.prefill_manager.runnable or self.decode_manager.runnable
-                or self._last_data is not None)
+        return (
+            self.prefill_manager.runnable
+            or self.decode_manager.runnable
+            or self._last_data is not None
+        )
+
+    def status(self) -> SchedulerStatus:
+        """A snapshot of the queue, the KV pages and the counters."""
+        cm = self.cache_manager
+        cached_pages = cm.prefix_cache.size_info.total_size // cm.page_size
+        return SchedulerStatus(
+            running=len(self.decode_manager.running_reqs),
+            waiting=len(self.prefill_manager.pending_list),
+            free_pages=cm.num_free_pages,
+            cached_pages=cached_pages,
+            used_pages=cm.num_pages - cm.num_free_pages - cached_pages,
+            num_pages=cm.num_pages,
+            generated_tokens=self.stats.generated_tokens,
+            integrity_ok=self._integrity_ok,
+        )
 
     # ----- the loop -------------------------------------------------------------------------
 
     def step(self) -> list[TokenOutput]:
         """One iteration of the scheduling loop; returns the tokens it produced."""
-        outputs = self.overlap_step() if self.overlap else self.normal_step()
+        outputs = self.overlap_loop() if self.overlap else self.normal_loop()
         if not self.has_work:
             self.run_when_idle()
         return outputs
 
-    def normal_step(self) -> list[TokenOutput]:
+    def normal_loop(self) -> list[TokenOutput]:
         """Schedule a batch, run it, process its results: the CPU waits for every forward."""
-        batch = self._schedule_next_batch()
-        return self._process_results(self._forward(batch) if batch is not None else None)
+        forward_input = self._schedule_next_batch()
+        if forward_input is None:
+            return []
+        return self._process_last_data((forward_input, self._forward(forward_input)))
 
-    def overlap_step(self) -> list[TokenOutput]:
+    def overlap_loop(self) -> list[TokenOutput]:
         """Launch batch N+1, then process batch N while the device computes N+1.
+
+        Keep the launched batch in `self._last_data` for the next call, and free the aborted
+        requests that no launched batch uses any more (`_free_pending_aborts`) last.
 
         Batch N+1 is scheduled from the ledgers alone: its decode inputs are the tokens batch
         N wrote into the token pool on the device, so nothing waits for the CPU to see them.
         Two hazards follow. A request that hits EOS in batch N is already in batch N+1: its
-        extra token is dropped (`_finished_last_round`). And "done after max_tokens" must count
-        the tokens the CPU has seen, not the ledger, which runs one step ahead.
+        extra token is dropped (`finished_reqs`). And "done after max_tokens" must count the
+        tokens the CPU has seen, not the ledger, which runs one step ahead.
         """
         raise NotImplementedError("ch11: Launch batch N+1, then process batch N while the device computes N+1.")
 
     def run_when_idle(self) -> None:
         """Nothing runs: every page must be free or cached. A leak is caught here, early."""
-        self.cache_manager.check_integrity()
+        try:
+            self.cache_manager.check_integrity()
+        except RuntimeError:
+            self._integrity_ok = False
+            raise
+        self._integrity_ok = True
 
-    def _schedule_next_batch(self) -> Batch | None:
-        """Prefill first, to admit waiting requests soon; but right after a prefill, give the
-        running requests a decode step, so that a long (chunked) prompt cannot stall them."""
+    def _schedule_next_batch(self) -> ForwardInput | None:
+        """Pick the next batch and prepare it. Prefill first, to admit waiting requests soon;
+        but right after a prefill, give the running requests a decode step, so that a long
+        (chunked) prompt or a stream of arrivals cannot stall them."""
         prefill = lambda: self.prefill_manager.schedule_next_batch(self.config.max_extend_tokens)  # noqa: E731
         decode = self.decode_manager.schedule_next_batch
         if self._last_phase == "prefill" and self.decode_manager.runnable:
             batch = decode() or prefill()
         else:
             batch = prefill() or decode()
-        if batch is not None:
-            self._last_phase = batch.phase
-            self.cache_manager.allocate_paged(batch.reqs)
-        return batch
+        if batch is None:
+            return None
+        self._last_phase = batch.phase
+        return self._prepare_batch(batch)
 
-    def _forward(self, batch: Batch) -> ForwardData:
-        """Run a scheduled batch: write prompts, build inputs, forward, advance ledgers."""
+    def _prepare_batch(self, batch: Batch) -> ForwardInput:
+        """Give the batch its pages, write its prompts, fill its inputs and metadata.
+
+        Everything here is queued on the device without waiting: each piece of metadata is
+        built on the host and copied once, so on a GPU this runs while the previous batch
+        computes.
+        """
+        self.cache_manager.allocate_paged(batch.reqs)
         if batch.is_prefill:
             for req in batch.reqs:
                 self.table_manager.write_prompt(req)
             self.stats.computed_prompt_tokens += sum(req.extend_len for req in batch.reqs)
         self.table_manager.prepare_inputs(batch)
         self.engine.prepare_batch(batch)
-        next_tokens = self.engine.forward_batch(batch)
-        self.table_manager.write_next_tokens(batch, next_tokens)
+        return ForwardInput(batch, self.engine.sampler.prepare(batch))
+
+    def _forward(self, forward_input: ForwardInput) -> ForwardOutput:
+        """Run a prepared batch, store its sampled tokens in the token pool, advance ledgers."""
+        batch = forward_input.batch
+        output = self.engine.forward_batch(batch, forward_input.sample_args)
+        self.table_manager.write_next_tokens(batch, output.next_tokens_gpu)
         self.stats.steps.append((batch.phase, batch.size, len(batch.input_ids)))
         # The ledgers move on now, before the tokens are known on the CPU: the next batch
         # can be scheduled from them while this one runs.
         for req in batch.reqs:
             req.complete_one()
-        self.decode_manager.add_reqs(batch.reqs)
-        return ForwardData(batch, *start_copy_to_host(next_tokens))
+        self.decode_manager.filter_reqs(batch.reqs)
+        return output
 
-    def _process_results(self, data: ForwardData | None) -> list[TokenOutput]:
-        """Append sampled tokens, finish requests at EOS or max_tokens, free or cache their KV."""
+    def _finish_reason(self, req: Req, token: int) -> FinishReason | None:
+        """Why the request ends with this token, or None if it goes on. Decided here only."""
+        if not req.sampling_params.ignore_eos and token in self.eos_token_ids:
+            return "stop"
+        if len(req.input_ids) >= req.max_device_len:
+            return "length"
+        return None
+
+    def _process_last_data(self, data: ForwardData | None) -> list[TokenOutput]:
+        """Append sampled tokens, finish requests at EOS or max_tokens, free or cache their KV.
+
+        Wait on the copy's event (the only wait for the device), then, inside one
+        `lazy_free_region`, for each request of the batch: skip a chunk, a request in
+        `finished_reqs` (it finished in the previous round) or in `pending_aborts`; append
+        its token (`append_host`), ask `_finish_reason`, and report a TokenOutput. A finished
+        request leaves the running set and `_free_req_resources` gives back its row and KV; a
+        request that goes on after its prefill has its prompt cached (`cache_req`,
+        finished=False). Afterwards `finished_reqs` holds exactly this round's finishers.
+        """
         if data is None:
             return []
-        if data.copy_done is not None:
-            data.copy_done.synchronize()
+        forward_input, output = data
+        if output.copy_done_event is not None:
+            output.copy_done_event.synchronize()  # the only wait for the device
         outputs: list[TokenOutput] = []
         finished_now: set[Req] = set()
         with self.cache_manager.lazy_free_region():
-            for req, token in zip(data.batch.reqs, data.next_tokens_host.tolist()):
-                # A chunk samples nothing; a request that finished in the previous round was
-                # already in this (overlapped) batch: its extra token is dropped.
-                if isinstance(req, ChunkedReq) or req in self._finished_last_round:
+            for req, token in zip(forward_input.batch.reqs, output.next_tokens_cpu.tolist()):
+                # A chunk samples nothing. A request that finished in the previous round was
+                # already in this (overlapped) batch, and so may an aborted one have been:
+                # their tokens are dropped.
+                if (
+                    isinstance(req, ChunkedReq)
+                    or req in self.finished_reqs
+                    or req in self.pending_aborts
+                ):
                     continue
                 req.append_host(token)
-                finished = len(req.input_ids) >= req.max_device_len or (
-                    not req.sampling_params.ignore_eos and token in self.eos_token_ids)
-                outputs.append(TokenOutput(req.uid, token, finished))
-                if finished:
+                finish_reason = self._finish_reason(req, token)
+                outputs.append(TokenOutput(req.uid, token, finish_reason))
+                if finish_reason is not None:
                     self.decode_manager.remove_req(req)
-                    self.table_manager.free(req.table_idx)
-                    self.cache_manager.cache_req(req, finished=True)
+                    self._free_req_resources(req)
                     finished_now.add(req)
-                elif data.batch.is_prefill:  # share the prompt with later requests now
+                elif forward_input.batch.is_prefill:  # share the prompt with later requests now
                     self.cache_manager.cache_req(req, finished=False)
-        self._finished_last_round = finished_now
+        self.finished_reqs = finished_now
         self.stats.generated_tokens += len(outputs)
         return outputs
+
+    def _free_req_resources(self, req: Req) -> None:
+        """Give back a request's table row; hand its KV to the prefix cache, unlocked."""
+        self.table_manager.free(req.table_idx)
+        self.cache_manager.cache_req(req, finished=True)
+
+    def _free_pending_aborts(self) -> None:
+        """Free the aborted requests that no launched batch still uses."""
+        in_flight = set(self._last_data[0].batch.reqs) if self._last_data is not None else set()
+        for req in self.pending_aborts - in_flight:
+            self._free_req_resources(req)
+        self.pending_aborts &= in_flight

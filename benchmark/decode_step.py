@@ -1,0 +1,130 @@
+"""Time a decode step at fixed batch sizes: the whole scheduler step, and the forward alone.
+
+    python benchmark/decode_step.py --model random-qwen3-0.6b --batch-sizes 1,64,256
+
+For each batch size, that many requests with `--context`-token prompts are prefilled; then
+`--steps` decode steps are timed after a warm-up. "step" is the wall time of one scheduler
+step in steady decode (schedule, prepare, launch, process the previous results: what a user
+waits per token); "forward" is the device time of the model's forward alone, measured with CUDA
+events around a replay of the batch's CUDA graph (graphs on) or an eager forward (graphs off).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from offline import RANDOM_MODEL, ROOT, build_random_model, release_gpu_memory  # noqa: E402
+
+
+def time_steps(llm, batch_size: int, context: int, warmup: int, steps: int) -> float:  # noqa: ANN001
+    """Mean wall time of one scheduler step in steady decode, in seconds."""
+    from minisgl.core import SamplingParams
+
+    rng = random.Random(batch_size)
+    scheduler = llm.scheduler
+    params = SamplingParams(max_tokens=warmup + steps + 4, ignore_eos=True)
+    for _ in range(batch_size):
+        scheduler.add_request([rng.randrange(10000) for _ in range(context)], params)
+    while scheduler.prefill_manager.runnable:  # admit and prefill everyone
+        scheduler.step()
+    for _ in range(warmup):
+        scheduler.step()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        scheduler.step()
+    torch.cuda.synchronize()
+    elapsed = (time.perf_counter() - start) / steps
+    while scheduler.has_work:
+        scheduler.step()
+    return elapsed
+
+
+def time_forward(llm, batch_size: int, repeats: int = 50) -> float:  # noqa: ANN001
+    """Device time of one decode forward at this batch size (graph replay if captured)."""
+    engine = llm.scheduler.engine
+    runner = engine.graph_runner
+    if runner is None or batch_size > runner.max_batch_size:
+        return float("nan")  # an eager forward needs a live batch: the step time covers it
+    graph = runner.graphs[runner.graph_size(batch_size)]
+    graph.replay()
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    for _ in range(repeats):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return begin.elapsed_time(end) / repeats / 1e3
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=RANDOM_MODEL)
+    parser.add_argument("--batch-sizes", default="1,64,256")
+    parser.add_argument("--context", type=int, default=512)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    from minisgl.llm import LLM
+
+    model = (
+        build_random_model(ROOT / "build" / RANDOM_MODEL, torch.bfloat16)
+        if args.model == RANDOM_MODEL
+        else Path(args.model)
+    )
+    sizes = [int(n) for n in args.batch_sizes.split(",")]
+    print(f"decode step, {model.name}, context {args.context}, {torch.cuda.get_device_name()}")
+    print(f"{'variant':<12}{'batch':>6}{'step ms':>9}{'forward ms':>12}{'tok/s':>10}")
+    for variant, graphs in (("graphs", None), ("no-graphs", 0)):
+        with LLM(
+            str(model),
+            max_running_req=max(sizes),
+            page_size=16,
+            show_progress=False,
+            max_seq_len=args.context + args.warmup + args.steps + 64,
+            cuda_graph_max_bs=graphs,
+        ) as llm:
+            runner = llm.scheduler.engine.graph_runner
+            if runner is not None:
+                print(
+                    f"  captured {len(runner.graphs)} graphs in {runner.capture_seconds:.1f} s,"
+                    f" {runner.capture_bytes / 2**20:.0f} MiB"
+                )
+            time_steps(llm, 1, 64, 2, 2)  # first-call costs out of the timing
+            for size in sizes:
+                step = time_steps(llm, size, args.context, args.warmup, args.steps)
+                forward = time_forward(llm, size)
+                print(
+                    f"{variant:<12}{size:>6}{step * 1e3:>9.3f}{forward * 1e3:>12.3f}"
+                    f"{size / step:>10.0f}",
+                    flush=True,
+                )
+                if args.json:
+                    with args.json.open("a") as f:
+                        f.write(
+                            json.dumps(
+                                {
+                                    "variant": variant,
+                                    "batch": size,
+                                    "context": args.context,
+                                    "step_s": step,
+                                    "forward_s": forward,
+                                }
+                            )
+                            + "\n"
+                        )
+        release_gpu_memory()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,388 @@
+"""Online serving benchmark: concurrent streaming clients against a running server.
+
+    python -m minisgl --model models/SmolLM2-135M-Instruct --port 30000 &
+    python benchmark/online.py --url http://127.0.0.1:30000 --concurrency 64 --duration 30
+    python benchmark/online.py --launch models/SmolLM2-135M-Instruct --num-requests 64 --rate 4
+    python benchmark/online.py --launch models/SmolLM2-135M-Instruct --duration 30 \
+        --peer-transformers          # then the same load against `transformers serve`
+
+Requests arrive as a Poisson process at `--rate` requests per second (`inf`: all at once), at
+most `--concurrency` in flight; with `--duration` new requests keep coming until that many
+seconds have passed. Each one streams /v1/completions with `ignore_eos`, so it generates
+exactly `--output-len` tokens (`transformers serve` refuses `ignore_eos`: its requests may stop
+early at EOS, and its token counts come from `usage`). Reported: time to first token (TTFT),
+inter-token latency (ITL, the gaps between streamed pieces), p50 and p99, request and token
+throughput, errors. Against a minisgl server it then reads /metrics once the server is idle: no
+request left running, no KV page still in use, and the integrity check passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from tqdm import tqdm
+
+ROOT = Path(__file__).resolve().parent.parent
+WORDS = (
+    "river stone cloud paper garden window silver engine music winter candle forest "
+    "market bridge letter island orange planet rocket shadow"
+).split()
+STARTUP_TIMEOUT_S = 300.0
+IDLE_TIMEOUT_S = 60.0
+
+
+@dataclass
+class RequestResult:
+    ok: bool
+    error: str = ""
+    ttft_s: float = 0.0
+    latency_s: float = 0.0
+    gaps_s: list[float] = field(default_factory=list)  # between streamed pieces
+    output_tokens: int = 0
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0-100) by linear interpolation; nan for no values."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q / 100
+    low, high = math.floor(k), math.ceil(k)
+    return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
+
+
+def make_prompt(rng: random.Random, words: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(words))
+
+
+async def one_request(
+    http: httpx.AsyncClient, model: str, prompt: str, output_len: int, extra: dict
+) -> RequestResult:
+    """Stream one completion; time its first piece and the gaps between pieces."""
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": output_len,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        **extra,
+    }
+    start = time.perf_counter()
+    result, last = RequestResult(ok=False), None
+    try:
+        async with http.stream("POST", "/v1/completions", json=body) as response:
+            if response.status_code != 200:
+                result.error = f"HTTP {response.status_code}: {(await response.aread())[:200]!r}"
+                return result
+            async for line in response.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[len("data: ") :])
+                if chunk.get("usage"):
+                    result.output_tokens = chunk["usage"]["completion_tokens"]
+                if not chunk["choices"] or not chunk["choices"][0].get("text"):
+                    continue
+                now = time.perf_counter()
+                if last is None:
+                    result.ttft_s = now - start
+                else:
+                    result.gaps_s.append(now - last)
+                last = now
+    except (httpx.HTTPError, json.JSONDecodeError, KeyError) as error:
+        result.error = f"{type(error).__name__}: {error}"
+        return result
+    result.latency_s = time.perf_counter() - start
+    result.ok = last is not None
+    if not result.ok:
+        result.error = "the stream ended without any text"
+    return result
+
+
+async def run_load(
+    url: str,
+    model: str,
+    num_requests: int | None,
+    duration_s: float | None,
+    rate: float,
+    concurrency: int,
+    input_words: int,
+    output_len: int,
+    seed: int,
+    headers: dict[str, str] | None = None,
+    progress: bool = True,
+    extra: dict | None = None,
+) -> tuple[list[RequestResult], float]:
+    """Send the load; returns every request's result and the wall time of the run.
+
+    `extra` adds fields to every request body (default: `ignore_eos`, a minisgl extension).
+    """
+    extra = {"ignore_eos": True} if extra is None else extra
+    rng = random.Random(seed)
+    limit = asyncio.Semaphore(concurrency)
+    results: list[RequestResult] = []
+    tasks: list[asyncio.Task] = []
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=600, limits=limits) as http:
+        bar = tqdm(total=num_requests, desc="requests", unit="req", disable=not progress)
+
+        async def limited(prompt: str) -> None:
+            try:
+                result = await one_request(http, model, prompt, output_len, extra)
+            finally:
+                limit.release()
+            results.append(result)
+            bar.update()
+
+        start = time.perf_counter()
+        sent = 0
+        while (num_requests is None or sent < num_requests) and (
+            duration_s is None or time.perf_counter() - start < duration_s
+        ):
+            await limit.acquire()  # at most `concurrency` in flight
+            tasks.append(asyncio.create_task(limited(make_prompt(rng, input_words))))
+            sent += 1
+            if rate != math.inf:
+                await asyncio.sleep(rng.expovariate(rate))
+        await asyncio.gather(*tasks)
+        seconds = time.perf_counter() - start
+        bar.close()
+    return results, seconds
+
+
+def summarize(results: list[RequestResult], seconds: float) -> dict[str, float]:
+    good = [r for r in results if r.ok]
+    gaps = [gap for r in good for gap in r.gaps_s]
+    tokens = sum(r.output_tokens for r in good)
+    return {
+        "requests": len(results),
+        "errors": len(results) - len(good),
+        "seconds": seconds,
+        "request_throughput": len(good) / seconds,
+        "token_throughput": tokens / seconds,
+        "output_tokens": tokens,
+        "ttft_p50_ms": percentile([r.ttft_s for r in good], 50) * 1e3,
+        "ttft_p99_ms": percentile([r.ttft_s for r in good], 99) * 1e3,
+        "itl_p50_ms": percentile(gaps, 50) * 1e3,
+        "itl_p99_ms": percentile(gaps, 99) * 1e3,
+    }
+
+
+def print_summary(name: str, summary: dict[str, float]) -> None:
+    print(
+        f"{name}: {summary['requests']:.0f} requests, {summary['errors']:.0f} errors, "
+        f"{summary['output_tokens']:.0f} output tokens in {summary['seconds']:.1f} s"
+    )
+    print(
+        f"  throughput  {summary['request_throughput']:.2f} req/s, "
+        f"{summary['token_throughput']:.1f} tokens/s"
+    )
+    print(f"  TTFT        p50 {summary['ttft_p50_ms']:.0f} ms, p99 {summary['ttft_p99_ms']:.0f} ms")
+    print(f"  ITL         p50 {summary['itl_p50_ms']:.1f} ms, p99 {summary['itl_p99_ms']:.1f} ms")
+
+
+def idle_metrics(url: str, headers: dict[str, str] | None = None) -> dict[str, float] | None:
+    """A minisgl server's /metrics once nothing runs (None for a server without them)."""
+    deadline = time.monotonic() + IDLE_TIMEOUT_S
+    while True:
+        response = httpx.get(f"{url}/metrics", headers=headers, timeout=30)
+        if response.status_code != 200 or "minisgl_" not in response.text:
+            return None
+        values = {
+            line.split()[0]: float(line.split()[1])
+            for line in response.text.splitlines()
+            if line and not line.startswith("#")
+        }
+        busy = values["minisgl_running_requests"] + values["minisgl_waiting_requests"]
+        if (busy == 0 and values["minisgl_integrity_ok"] != -1) or time.monotonic() > deadline:
+            return values
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def launch(
+    name: str, cmd: list[str], port: int, env: dict[str, str] | None = None, quiet: bool = False
+) -> subprocess.Popen:
+    """Start a server and wait until /health answers on `port` (`quiet`: drop its logs)."""
+    server = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL if quiet else None,
+        env=dict(os.environ, **(env or {})),
+    )
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            sys.exit(f"{name} exited with status {server.returncode}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    server.kill()
+    sys.exit(f"{name} did not start in {STARTUP_TIMEOUT_S:.0f} s")
+
+
+def launch_minisgl(model: str, port: int) -> subprocess.Popen:
+    return launch(
+        "minisgl", [sys.executable, "-m", "minisgl", "--model", model, "--port", str(port)], port
+    )
+
+
+def launch_transformers(model: str, port: int) -> subprocess.Popen:
+    """`transformers serve` on the same local model (HF_HUB_OFFLINE: it must not look for it
+    on the hub), with its continuous batching on, as the peer."""
+    cli = Path(sys.executable).parent / "transformers"
+    return launch(
+        "transformers serve",
+        [
+            str(cli),
+            "serve",
+            model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--continuous-batching",
+        ],
+        port,
+        env={"HF_HUB_OFFLINE": "1"},
+        quiet=True,
+    )
+
+
+def stop(server: subprocess.Popen) -> None:
+    server.send_signal(signal.SIGTERM)
+    try:
+        server.wait(60)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
+def run_one(
+    name: str,
+    url: str,
+    model: str,
+    args: argparse.Namespace,
+    headers: dict[str, str] | None,
+    extra: dict | None = None,
+) -> dict[str, float]:
+    """The load against one server: its summary, printed, and the idle check if it has one."""
+    results, seconds = asyncio.run(
+        run_load(
+            url,
+            model,
+            args.num_requests,
+            args.duration,
+            args.rate,
+            args.concurrency,
+            args.input_words,
+            args.output_len,
+            args.seed,
+            headers,
+            extra=extra,
+        )
+    )
+    summary = summarize(results, seconds)
+    print_summary(name, summary)
+    for error in sorted({r.error for r in results if not r.ok})[:5]:
+        print(f"  error: {error}")
+    metrics = idle_metrics(url, headers)
+    if metrics is not None:
+        print(
+            f"  idle after the run: running {metrics['minisgl_running_requests']:.0f}, "
+            f"KV pages in use {metrics['minisgl_kv_pages_used']:.0f}, integrity check "
+            f"{'passed' if metrics['minisgl_integrity_ok'] == 1 else 'FAILED'}"
+        )
+        summary.update(
+            pages_in_use_after=metrics["minisgl_kv_pages_used"],
+            integrity_ok=metrics["minisgl_integrity_ok"],
+        )
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--url", help="a running server, e.g. http://127.0.0.1:30000")
+    where.add_argument("--launch", metavar="MODEL_DIR", help="start a minisgl server for the run")
+    parser.add_argument(
+        "--peer-transformers",
+        action="store_true",
+        help="with --launch: then run the same load on `transformers serve`",
+    )
+    parser.add_argument("--model", help="the model name to request (default: the server's)")
+    parser.add_argument("--api-key", default=None)
+    parser.add_argument("--num-requests", type=int, default=None)
+    parser.add_argument("--duration", type=float, default=None, help="seconds of load")
+    parser.add_argument("--rate", type=float, default=math.inf, help="requests/s (Poisson)")
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--input-words", type=int, default=32)
+    parser.add_argument("--output-len", type=int, default=32)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = parser.parse_args(argv)
+    if args.num_requests is None and args.duration is None:
+        parser.error("give --num-requests, --duration or both")
+    if args.peer_transformers and not args.launch:
+        parser.error("--peer-transformers needs --launch MODEL_DIR")
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else None
+
+    figures: dict[str, dict[str, float]] = {}
+    if args.url:
+        model = (
+            args.model
+            or httpx.get(f"{args.url}/v1/models", headers=headers, timeout=30).json()["data"][0][
+                "id"
+            ]
+        )
+        figures["server"] = run_one(f"{model} at {args.url}", args.url, model, args, headers)
+    else:
+        port = free_port()
+        server = launch_minisgl(args.launch, port)
+        try:
+            figures["minisgl"] = run_one(
+                "minisgl",
+                f"http://127.0.0.1:{port}",
+                args.model or Path(args.launch).name,
+                args,
+                headers,
+            )
+        finally:
+            stop(server)
+    if args.peer_transformers:  # after minisgl has stopped: the two never share the CPU
+        port = free_port()
+        server = launch_transformers(args.launch, port)
+        try:
+            figures["transformers serve"] = run_one(
+                "transformers serve", f"http://127.0.0.1:{port}", args.launch, args, None, extra={}
+            )
+        finally:
+            stop(server)
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures, indent=2))
+    first = next(iter(figures.values()))
+    return 1 if first["errors"] or first.get("pages_in_use_after", 0) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The one script a GPU machine runs: GPU tests, decode step times, the official offline
+# workload with its ablations, and the overlap timeline. Logs and results go to $OUT.
+#
+#   benchmark/run_gpu.sh tests,offline,steps,timeline        # any stages, run in the order given
+#   benchmark/run_gpu.sh hf                                  # engine and transformers, one run
+#
+# Expects flashinfer wheels in .whl/ (see benchmark/gpu_report.md) and models/tiny-qwen3.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-build/gpu_out}
+mkdir -p "$OUT"
+STAGES=${1:-tests,steps,offline,timeline}
+export PYTHONUNBUFFERED=1 FLASHINFER_CUDA_ARCH_LIST=9.0a MAX_JOBS=16
+# Compiled kernels land in .ficache/; SAVE_FICACHE=1 returns them as ficache.tgz, and a later
+# call that carries .ficache (untarred) skips the compilation (~90 s).
+export FLASHINFER_WORKSPACE_BASE=$PWD/.ficache
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD/solutions
+{ date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv;
+  python3 -c 'import torch, transformers, flashinfer; print("torch", torch.__version__,
+  "transformers", transformers.__version__, "flashinfer", flashinfer.__version__)'; } \
+  | tee "$OUT/env.txt"
+
+for stage in ${STAGES//,/ }; do
+  case $stage in
+    tests)
+      python3 -m pytest tests/test_gpu_attention.py tests/test_gpu_parity.py -v -s \
+          -p no:cacheprovider --timeout 150 ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/gpu_tests.log"
+      [[ -n ${SAVE_FICACHE:-} ]] && tar czf "$OUT/ficache.tgz" .ficache ;;
+    steps)
+      python3 benchmark/decode_step.py --batch-sizes 1,64,256 --json "$OUT/results.jsonl" \
+          2>&1 | tee "$OUT/decode_step.log" ;;
+    offline)
+      python3 benchmark/offline.py --workload official --model random-qwen3-0.6b \
+          --dtype bfloat16 --variants minisgl,no-graphs,no-overlap --json "$OUT/results.jsonl" \
+          2>&1 | tee "$OUT/offline.log" ;;
+    hf)
+      python3 benchmark/offline.py --workload official --model random-qwen3-0.6b \
+          --dtype bfloat16 --variants "${HF_VARIANTS:-minisgl,transformers,torch-backend}" --hf-batch-size 256 \
+          --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/offline_hf.log" ;;
+    timeline)
+      python3 benchmark/overlap_timeline.py --out "$OUT/overlap_h200.svg" \
+          2>&1 | tee "$OUT/timeline.log" ;;
+    *) echo "unknown stage $stage"; exit 1 ;;
+  esac
+done
+ls -la "$OUT"

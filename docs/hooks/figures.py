@@ -1,0 +1,602 @@
+"""Drawing code of the `::figure` directive: engine state captured by a chapter main -> inline SVG.
+
+A chapter main run with MINISGL_CAPTURE_DIR set writes `<dir>/chNN_slug.<name>.json`, the state
+its figure shows; the maintainer stores it under docs/_outputs/. At build time `draw` turns it
+into an SVG with one drawing function per figure, so a figure shows what the engine really did.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any, Callable
+
+Drawing = Callable[[Any], tuple[str, str]]  # captured data -> (svg, caption)
+DRAWINGS: dict[str, Drawing] = {}
+
+
+def drawing(name: str) -> Callable[[Drawing], Drawing]:
+    """Register the drawing function of figure `name` (chNN_slug.name)."""
+
+    def register(function: Drawing) -> Drawing:
+        DRAWINGS[name] = function
+        return function
+
+    return register
+
+
+def draw(name: str, data: Any) -> tuple[str, str]:
+    """The SVG and caption of figure `name` from its captured data."""
+    if name not in DRAWINGS:
+        raise KeyError(f"docs/hooks/figures.py has no drawing for figure {name!r}")
+    return DRAWINGS[name](data)
+
+
+# --- a few SVG primitives ----------------------------------------------------------------------
+
+COLORS = {
+    "prefill": "#3f51b5",
+    "decode": "#9fa8da",
+    "waiting": "#ffcc80",
+    "used": "#78909c",
+    "reserved": "#ffb74d",
+    "free": "#c8e6c9",
+    "cached": "#a5d6a7",
+    "new": "#3f51b5",
+    "pad": "#eeeeee",
+    "line": "#616161",
+    "text": "#212121",
+    "dropped": "#ef9a9a",
+}
+
+
+def svg(width: int, height: int, body: list[str], label: str) -> str:
+    """An SVG that scales down with the page; `label` is its accessible description."""
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
+        f'width="{width}" role="img" aria-label="{escape(label)}" '
+        f'style="max-width:100%;height:auto;font-family:sans-serif">' + "".join(body) + "</svg>"
+    )
+
+
+def rect(x: float, y: float, w: float, h: float, fill: str, title: str = "") -> str:
+    tooltip = f"<title>{escape(title)}</title>" if title else ""
+    return (
+        f'<rect x="{x:g}" y="{y:g}" width="{w:g}" height="{h:g}" fill="{fill}" '
+        f'stroke="#ffffff" stroke-width="1">{tooltip}</rect>'
+    )
+
+
+def text(
+    x: float,
+    y: float,
+    content: Any,
+    size: int = 12,
+    anchor: str = "start",
+    weight: str = "normal",
+    fill: str = COLORS["text"],
+) -> str:
+    return (
+        f'<text x="{x:g}" y="{y:g}" font-size="{size}" text-anchor="{anchor}" '
+        f'font-weight="{weight}" fill="{fill}">{escape(str(content))}</text>'
+    )
+
+
+def line(x1: float, y1: float, x2: float, y2: float, dash: bool = False) -> str:
+    style = ' stroke-dasharray="4 3"' if dash else ""
+    return (
+        f'<line x1="{x1:g}" y1="{y1:g}" x2="{x2:g}" y2="{y2:g}" stroke="{COLORS["line"]}"'
+        f' stroke-width="1"{style}/>'
+    )
+
+
+def legend(x: float, y: float, entries: list[tuple[str, str]]) -> list[str]:
+    """Colour swatches with their names, left to right."""
+    body = []
+    for color, name in entries:
+        body += [
+            f'<rect x="{x:g}" y="{y - 10:g}" width="12" height="12" fill="{color}" '
+            'stroke="#9e9e9e" stroke-width="0.5"/>',
+            text(x + 16, y, name, 11),
+        ]
+        x += 24 + 6.5 * len(name)
+    return body
+
+
+# --- chapter 8: the admission timeline of the 64-slot pool ------------------------------------
+
+
+def request_states(steps: list[dict]) -> dict[int, list[str]]:
+    """Each request's state at each step, derived from who ran and who waited after it: a
+    request that starts running was prefilled; one that ran before the step decoded in it (its
+    last decode is the step it finished)."""
+    uids = sorted({u for s in steps for u in s["running"] + s["waiting"]})
+    states: dict[int, list[str]] = {u: [] for u in uids}
+    before: set[int] = set()
+    for step in steps:
+        running = set(step["running"])
+        for uid in uids:
+            states[uid].append(
+                "decode"
+                if uid in before
+                else "prefill"
+                if uid in running
+                else "waiting"
+                if uid in step["waiting"]
+                else ""
+            )
+        before = running
+    return states
+
+
+@drawing("ch08_cache_manager.admission")
+def admission(data: dict) -> tuple[str, str]:
+    steps, pages = data["steps"], data["num_pages"]
+    states = request_states(steps)
+    cell, lane, left, top = 34, 20, 86, 24
+    per_page = 2  # pixels per page in the pool chart
+    pool_top = top + lane * len(states) + 30
+    width = left + cell * len(steps) + 10
+    height = pool_top + pages * per_page + 56
+    body = [text(left - 8, 14, "step", 11, "end")]
+    for i in range(len(steps)):
+        body.append(text(left + cell * i + cell / 2, 14, i, 11, "middle"))
+    for row, (uid, row_states) in enumerate(states.items()):
+        y = top + lane * row
+        body.append(text(left - 8, y + 14, f"request {uid}", 12, "end"))
+        for i, state in enumerate(row_states):
+            if state:
+                body.append(
+                    rect(
+                        left + cell * i,
+                        y,
+                        cell,
+                        lane - 2,
+                        COLORS[state],
+                        f"step {i}: request {uid} {state}",
+                    )
+                )
+    bottom = pool_top + pages * per_page
+    body += [
+        text(left - 8, pool_top + 10, f"{pages} pages", 11, "end"),
+        text(left - 8, bottom, "0", 11, "end"),
+    ]
+    for i, step in enumerate(steps):
+        used, reserved = pages - step["free"], step["reserved"]
+        x, y = left + cell * i + 3, bottom
+        for amount, kind in (
+            (used, "used"),
+            (reserved, "reserved"),
+            (step["free"] - reserved, "free"),
+        ):
+            y -= amount * per_page
+            body.append(
+                rect(
+                    x,
+                    y,
+                    cell - 6,
+                    amount * per_page,
+                    COLORS[kind],
+                    f"step {i}: {amount} pages {kind}",
+                )
+            )
+    body.append(line(left, bottom, width - 10, bottom))
+    body += legend(
+        left,
+        height - 14,
+        [
+            (COLORS["prefill"], "prefill"),
+            (COLORS["decode"], "decode"),
+            (COLORS["waiting"], "waiting"),
+            (COLORS["used"], "pages in use"),
+            (COLORS["reserved"], "reserved"),
+            (COLORS["free"], "free beyond the reservation"),
+        ],
+    )
+    caption = (
+        "Admission on a pool of 64 one-token pages: who ran at each step (top), and the "
+        "pool after the step (bottom): pages in use, the running requests' reservation, "
+        "and what is left."
+    )
+    return svg(width, height, body, caption), caption
+
+
+# --- chapter 4: the page table and the pool it points into ------------------------------------
+
+OWNERS = ["#3f51b5", "#00897b", "#f4511e", "#8e24aa", "#6d4c41"]  # one colour per request
+
+
+@drawing("ch04_kvcache.page_table")
+def page_table(data: dict) -> tuple[str, str]:
+    reqs, num_slots = data["reqs"], data["num_slots"]
+    cell, left, top = 26, 120, 34
+    longest = max(len(r["slots"]) for r in reqs)
+    per_row = 24
+    pool_top = top + len(reqs) * (cell + 6) + 40
+    width = max(left + longest * cell, left + per_row * cell) + 10
+    height = pool_top + (num_slots // per_row + 1) * (cell + 16) + 30
+    body = [text(left - 10, top - 10, "position", 11, "end")]
+    body += [text(left + i * cell + cell / 2, top - 10, i, 10, "middle") for i in range(longest)]
+    owner: dict[int, tuple[int, bool]] = {}  # slot -> (request, is cached)
+    for row, req in enumerate(reqs):
+        y = top + row * (cell + 6)
+        body.append(text(left - 10, y + 17, f"row {row} ({req['name']})", 12, "end"))
+        for pos, slot in enumerate(req["slots"]):
+            cached = pos < req["cached_len"]
+            owner[slot] = (row, cached)
+            color = OWNERS[row % len(OWNERS)]
+            body.append(
+                rect(
+                    left + pos * cell,
+                    y,
+                    cell,
+                    cell,
+                    COLORS["cached"] if cached else color,
+                    f"{req['name']}, position {pos} -> slot {slot}",
+                )
+            )
+            body.append(
+                text(
+                    left + pos * cell + cell / 2,
+                    y + 17,
+                    slot,
+                    11,
+                    "middle",
+                    fill=COLORS["text"] if cached else "#ffffff",
+                )
+            )
+    body.append(text(left - 10, pool_top - 12, "KV pool", 12, "end", "bold"))
+    for slot in range(num_slots):
+        x = left + (slot % per_row) * cell
+        y = pool_top + (slot // per_row) * (cell + 16)
+        row_cached = owner.get(slot)
+        color = (
+            COLORS["pad"]
+            if row_cached is None
+            else COLORS["cached"]
+            if row_cached[1]
+            else OWNERS[row_cached[0] % len(OWNERS)]
+        )
+        body.append(rect(x, y, cell, cell, color, f"slot {slot}"))
+        body.append(text(x + cell / 2, y + cell + 11, slot, 9, "middle"))
+        if row_cached is not None:
+            body.append(
+                text(
+                    x + cell / 2,
+                    y + 17,
+                    reqs[row_cached[0]]["name"],
+                    11,
+                    "middle",
+                    fill=COLORS["text"] if row_cached[1] else "#ffffff",
+                )
+            )
+    body += legend(
+        left,
+        height - 10,
+        [
+            (COLORS["cached"], "cached (positions < cached_len)"),
+            (OWNERS[0], "computed by this forward (a colour per request)"),
+            (COLORS["pad"], "free slot"),
+        ],
+    )
+    caption = (
+        "Each request's row of the page table lists the pool slot of every position; "
+        "the slots are scattered over the pool, and a forward writes K/V only at the "
+        "uncached positions' slots (out_loc)."
+    )
+    return svg(width, height, body, caption), caption
+
+
+# --- chapter 5: the gather and the mask of the torch backend ----------------------------------
+
+
+@drawing("ch05_attention.gather_mask")
+def gather_mask(data: dict) -> tuple[str, str]:
+    ledgers, kv_indices, masks = data["ledgers"], data["kv_indices"], data["mask"]
+    cell, gap, top = 9, 40, 96
+    max_seq, max_extend = len(kv_indices[0]), len(masks[0])
+    block = max_seq * cell
+    width = len(ledgers) * (block + gap) + 30
+    height = top + max_extend * cell + 50
+    body = []
+    for i, ((seq_len, cached), slots, mask) in enumerate(zip(ledgers, kv_indices, masks)):
+        x0 = 30 + i * (block + gap)
+        body.append(
+            text(x0, 14, f"request {i}: {seq_len} tokens, {cached} cached", 12, weight="bold")
+        )
+        body.append(text(x0 - 4, top - 50, "slot", 9, "end"))
+        for key, slot in enumerate(slots):
+            real = key < seq_len
+            x = x0 + key * cell
+            body.append(
+                rect(
+                    x,
+                    top - 44,
+                    cell,
+                    10,
+                    OWNERS[i] if real else COLORS["pad"],
+                    f"key {key} reads slot {slot}" if real else "padding: slot 0",
+                )
+            )
+            if real:
+                body.append(
+                    f'<text font-size="7" transform="translate({x + 7:g},{top - 48}) '
+                    f'rotate(-90)" fill="{COLORS["text"]}">{slot}</text>'
+                )
+        body.append(text(x0 - 4, top - 6, "keys →", 9, "end"))
+        for q, row in enumerate(mask):
+            real_query = q < seq_len - cached
+            for key, allowed in enumerate(row):
+                if key >= seq_len or not real_query:
+                    color = COLORS["pad"]
+                else:
+                    color = OWNERS[i] if allowed else "#ffffff"
+                body.append(
+                    f'<rect x="{x0 + key * cell}" y="{top + q * cell}" width="{cell}" '
+                    f'height="{cell}" fill="{color}" stroke="#e0e0e0" '
+                    'stroke-width="0.5"/>'
+                )
+        body.append(line(x0, top, x0 + block, top))
+    body.append(
+        f'<text font-size="9" transform="translate(20,{top + 60}) rotate(-90)" '
+        f'fill="{COLORS["text"]}">queries ↓</text>'
+    )
+    body += legend(
+        30,
+        height - 12,
+        [
+            (OWNERS[0], "attends"),
+            ("#ffffff", "masked (a later position)"),
+            (COLORS["pad"], "padding (hidden, never read)"),
+        ],
+    )
+    caption = (
+        "One prefill batch of the torch backend: each request's slots gathered from its "
+        "page-table row into a padded block of keys (top, the slot each key reads), and "
+        "the mask (below): query i of a request sits at position cached_len + i and sees "
+        "every key up to it."
+    )
+    return svg(width, height, body, caption), caption
+
+
+# --- chapter 9: the radix tree before and after a split ---------------------------------------
+
+
+def edge_label(node: dict, chars: int = 24) -> str:
+    """An edge's text on one line, shortened in the middle."""
+    flat = node["text"].replace("\n", "⏎")
+    if len(flat) > chars:
+        flat = flat[: chars // 2 - 1] + "…" + flat[-(chars // 2 - 1) :]
+    return f"{flat}  ({node['tokens']})"
+
+
+ROOT_BOX = 48  # the root has no edge text: a narrow box
+
+
+def draw_tree(
+    root: dict, x0: float, y0: float, box: float, step: float, row: float
+) -> tuple[list[str], float]:
+    """A tree laid out left to right: depth gives x, leaves are stacked in y."""
+    body: list[str] = []
+    next_y = [y0]
+
+    def place(node: dict, depth: int) -> float:
+        x = x0 if depth == 0 else x0 + ROOT_BOX + (depth - 1) * step + (step - box)
+        width = ROOT_BOX - (step - box) if depth == 0 else box
+        if node["children"]:
+            ys = [place(child, depth + 1) for child in node["children"]]
+            y = (ys[0] + ys[-1]) / 2
+            for child_y in ys:
+                body.append(line(x + width, y + 11, x + width + step - box, child_y + 11))
+        else:
+            y = next_y[0]
+            next_y[0] += row
+        label = "root" if depth == 0 else edge_label(node)
+        body.append(
+            rect(x, y, width, 22, COLORS["decode"] if depth else COLORS["pad"], node["text"])
+        )
+        body.append(text(x + 4, y + 15, label, 11))
+        return y
+
+    place(root, 0)
+    return body, next_y[0]
+
+
+@drawing("ch09_radix.tree")
+def radix_tree(data: dict) -> tuple[str, str]:
+    box, step, row = 150, 166, 30
+    body = [text(10, 16, "after the first request", 12, weight="bold")]
+    before, bottom = draw_tree(data["before"], 10, 28, box, step, row)
+    body += before
+    mid = bottom + 24
+    body.append(
+        text(
+            10,
+            mid,
+            "after the next three (the first edge split at the shared prefix)",
+            12,
+            weight="bold",
+        )
+    )
+    after, bottom = draw_tree(data["after"], 10, mid + 12, box, step, row)
+    body += after
+
+    def depth(node: dict) -> int:
+        return 1 + max((depth(c) for c in node["children"]), default=0)
+
+    width = 10 + ROOT_BOX + (max(depth(data["before"]), depth(data["after"])) - 1) * step
+    caption = (
+        "The radix tree of the real run, each edge with its text and token count "
+        "(⏎ is a newline). Inserting the second prompt split the first request's edge "
+        "where the prompts diverge; a finished request's outputs stay cached too."
+    )
+    return svg(int(width), int(bottom + 10), body, caption), caption
+
+
+# --- chapter 11: the step timeline without and with overlap -----------------------------------
+
+
+@drawing("ch11_overlap.timeline")
+def overlap_timeline(data: dict) -> tuple[str, str]:
+    unit, lane, left = 14, 30, 150
+    off, on = data["off"], data["on"]
+    width = left + 2 * len(off) * unit + 20
+    body: list[str] = []
+
+    def batch(x: float, y: float, step: list, kind: str, dropped: int = 0) -> None:
+        phase, reqs, tokens = step
+        body.append(
+            rect(
+                x,
+                y,
+                unit,
+                lane - 6,
+                COLORS[phase] if kind == "forward" else COLORS["pad"],
+                f"{phase} of {reqs} requests, {tokens} tokens",
+            )
+        )
+        if dropped:
+            body.append(
+                rect(
+                    x,
+                    y,
+                    unit,
+                    (lane - 6) * dropped / reqs,
+                    COLORS["dropped"],
+                    f"{dropped} row(s) computed for requests that had already finished",
+                )
+            )
+        body.append(
+            text(
+                x + unit / 2,
+                y + 16,
+                reqs,
+                9,
+                "middle",
+                fill="#ffffff" if kind == "forward" and phase == "prefill" else COLORS["text"],
+            )
+        )
+
+    rows = [("overlap off", 20), ("overlap on", 20 + 3 * lane + 20)]
+    for (title, y), steps in zip(rows, (off, on)):
+        body.append(text(10, y + 8, title, 12, weight="bold"))
+        body += [
+            text(left - 8, y + 16 + lane, "device: forward", 11, "end"),
+            text(left - 8, y + 16 + 2 * lane, "CPU: results of", 11, "end"),
+        ]
+    for i, step in enumerate(off):  # each step waits for its own results
+        batch(left + 2 * i * unit, rows[0][1] + lane, step, "forward")
+        batch(left + (2 * i + 1) * unit, rows[0][1] + 2 * lane, step, "results")
+    for i, step in enumerate(on):  # step i's forward runs while step i-1's results are read
+        kept = off[i][1] if i < len(off) else 0
+        batch(left + i * unit, rows[1][1] + lane, step, "forward", max(0, step[1] - kept))
+        if i:
+            batch(left + i * unit, rows[1][1] + 2 * lane, on[i - 1], "results")
+    height = rows[1][1] + 3 * lane + 30
+    body += legend(
+        left,
+        height - 8,
+        [
+            (COLORS["prefill"], "prefill"),
+            (COLORS["decode"], "decode"),
+            (COLORS["dropped"], "rows of finished requests, dropped"),
+        ],
+    )
+    caption = (
+        "The batches of the real runs (number = requests in the batch), one box per "
+        "scheduler step, not to scale in time. Without overlap the CPU reads a batch's "
+        "tokens before it schedules the next; with overlap it reads batch N while the "
+        "device computes N+1, so a request that just finished is computed once more."
+    )
+    return svg(width, height, body, caption), caption
+
+
+# --- chapter 8 (from chapter 9's run): cache_req's four regions of a row ----------------------
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+@drawing("ch09_radix.regions")
+def cache_req_regions(data: dict) -> tuple[str, str]:
+    page, old, rows = data["page_size"], data["old"], data["rows"]
+    (first, first_row), (second, second_row) = rows.items()
+    length = len(first_row)
+    new = length // page * page  # what an insert can hold: whole pages
+    shared = min(common_prefix(first_row, second_row), new)  # the second found these cached
+    regions = {
+        first: [(0, old, "matched"), (old, new, "inserted"), (new, length, "tail")],
+        second: [
+            (0, old, "matched"),
+            (old, shared, "duplicate"),
+            (shared, new, "inserted"),
+            (new, length, "tail"),
+        ],
+    }
+    colors = {
+        "matched": COLORS["cached"],
+        "inserted": COLORS["new"],
+        "duplicate": COLORS["dropped"],
+        "tail": COLORS["waiting"],
+    }
+    cell, left, top = 34, 130, 40
+    width, height = left + length * cell + 20, top + 2 * 64 + 62
+    body = [text(left - 10, top - 14, "position", 11, "end")]
+    body += [text(left + i * cell + cell / 2, top - 14, i, 11, "middle") for i in range(length)]
+    for r, (name, row) in enumerate(rows.items()):
+        y = top + r * 64
+        body.append(text(left - 10, y + 21, f"{name}'s row", 12, "end", "bold"))
+        for start, end, kind in regions[name]:
+            for pos in range(start, end):
+                body.append(
+                    rect(
+                        left + pos * cell,
+                        y,
+                        cell,
+                        32,
+                        colors[kind],
+                        f"{name}, position {pos}: slot {row[pos]} ({kind})",
+                    )
+                )
+                body.append(
+                    text(
+                        left + pos * cell + cell / 2,
+                        y + 21,
+                        row[pos],
+                        11,
+                        "middle",
+                        fill="#ffffff" if kind == "inserted" else COLORS["text"],
+                    )
+                )
+            if end > start:
+                body.append(text(left + start * cell + 2, y + 46, f"[{start}, {end})", 10))
+        for boundary in range(0, length + 1, page):  # page boundaries
+            body.append(
+                line(left + boundary * cell, y - 4, left + boundary * cell, y + 36, dash=True)
+            )
+    body += legend(
+        left,
+        height - 28,
+        [
+            (COLORS["cached"], "[0, old): matched at admission"),
+            (COLORS["new"], "[shared, new): inserted"),
+        ],
+    )
+    body += legend(left + 330, height - 28, [(COLORS["waiting"], "[new, cached_len): tail")])
+    body += legend(
+        left,
+        height - 8,
+        [
+            (
+                COLORS["dropped"],
+                "[old, shared): duplicates, freed; the row now reads the cache's slots",
+            )
+        ],
+    )
+    caption = (
+        f"cache_req after one prefill of two requests with the same {length}-token prompt, "
+        f"page size {page}, when the cache held the first {old} tokens: each row after its "
+        f"cache_req, slot numbers in the cells, page boundaries dashed. {second}'s "
+        f"positions {old} to {shared - 1} now point at {first}'s slots."
+    )
+    return svg(width, height, body, caption), caption

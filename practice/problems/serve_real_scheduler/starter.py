@@ -1,0 +1,10 @@
+from __future__ import annotations
+
+from minisgl.message import ExitMsg  # noqa: F401  (you will need these)
+from minisgl.scheduler.io import SchedulerIO, handle_msg  # noqa: F401
+from minisgl.scheduler.scheduler import Scheduler
+
+
+def serve(scheduler: Scheduler, io: SchedulerIO) -> None:
+    """Take messages (block only when idle), step, send tokens; return on an ExitMsg."""
+    raise NotImplementedError("receive (blocking only when idle), handle, step, send")

@@ -1,0 +1,179 @@
+"""Chapter 12 tests: the wire format of messages (msgpack, token ids as packed int32) and the
+ZMQ queues that carry them between processes (PUSH/PULL over IPC sockets)."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+
+import msgpack
+import numpy as np
+import pytest
+
+from minisgl.core import SamplingParams
+from minisgl.message import (
+    AbortMsg,
+    BatchMsg,
+    DetokenizeMsg,
+    ExitMsg,
+    PullQueue,
+    PushQueue,
+    ReplyMsg,
+    StatusMsg,
+    StatusRequestMsg,
+    TokenizeMsg,
+    UserMsg,
+    deserialize,
+    ipc_address,
+    serialize,
+)
+from minisgl.message.serialize import EXT_DATACLASS, MessageError
+
+EVERY_MESSAGE = [
+    UserMsg(7, [1, 2, 49151, 0], SamplingParams(temperature=0.7, top_k=5, max_tokens=9, seed=3)),
+    AbortMsg(7),
+    StatusRequestMsg(2),
+    ExitMsg(),
+    TokenizeMsg(1, SamplingParams(), prompt="Grüße 🙂", stop=["\n\n", "END"]),
+    TokenizeMsg(2, SamplingParams(), messages=[{"role": "user", "content": "hi"}]),
+    TokenizeMsg(3, SamplingParams(), prompt=[5, 6, 7]),
+    DetokenizeMsg(7, 42, "length"),
+    DetokenizeMsg(8, None, error="too long"),
+    ReplyMsg(7, "Paris", "stop", 5, 3),
+    StatusMsg(2, 1, 0, 30, 994, 12, 100, True),
+    BatchMsg([DetokenizeMsg(1, 5), DetokenizeMsg(2, 6, "stop")]),
+]
+
+
+@pytest.mark.parametrize("msg", EVERY_MESSAGE, ids=lambda m: type(m).__name__)
+def test_every_message_survives_a_round_trip(msg: object) -> None:
+    data = serialize(msg)
+    assert isinstance(data, bytes)
+    assert deserialize(data) == msg
+
+
+def test_token_ids_travel_as_packed_int32_bytes() -> None:
+    ids = list(range(40_000, 41_000))
+    data = serialize(UserMsg(0, ids, SamplingParams()))
+    assert np.asarray(ids, dtype="<i4").tobytes() in data
+    assert len(data) < 4 * len(ids) + 200
+    assert deserialize(data).input_ids == ids
+
+
+def test_an_empty_token_list_comes_back_empty() -> None:
+    assert deserialize(serialize(UserMsg(1, [], SamplingParams()))).input_ids == []
+
+
+def test_a_type_that_is_not_a_message_cannot_be_sent_or_received() -> None:
+    with pytest.raises(MessageError):
+        serialize(threading.Lock())
+    forged = msgpack.packb(msgpack.ExtType(EXT_DATACLASS, msgpack.packb(["Popen", {}])))
+    with pytest.raises(MessageError, match="Popen"):
+        deserialize(forged)
+    with pytest.raises(MessageError):
+        deserialize(b"\xc1\xc1\xc1")
+
+
+# --- the ZMQ queues -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def socket_dir() -> Iterator[str]:
+    # IPC socket paths are limited to ~100 characters: pytest's tmp_path can be too long.
+    directory = tempfile.mkdtemp(prefix="minisgl-test-")
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_push_pull_delivers_every_message_in_order(socket_dir: str) -> None:
+    inbox = PullQueue(ipc_address(socket_dir, "inbox"))
+    sender = PushQueue(ipc_address(socket_dir, "inbox"))
+    sent = [DetokenizeMsg(uid, uid * 10) for uid in range(50)]
+    for msg in sent:
+        sender.put(msg)
+    received = [inbox.get(timeout_s=5) for _ in sent]
+    assert received == sent
+    sender.close()
+    inbox.close()
+
+
+def test_get_waits_for_a_late_message_and_times_out_when_none_comes(socket_dir: str) -> None:
+    inbox = PullQueue(ipc_address(socket_dir, "inbox"))
+    sender = PushQueue(ipc_address(socket_dir, "inbox"))
+    start = time.monotonic()
+    assert inbox.get(timeout_s=0.2) is None
+    assert time.monotonic() - start >= 0.15
+    threading.Timer(0.2, sender.put, args=(AbortMsg(3),)).start()
+    assert inbox.get(timeout_s=5) == AbortMsg(3)
+    sender.close()
+    inbox.close()
+
+
+def test_get_all_nowait_takes_what_is_queued_without_waiting(socket_dir: str) -> None:
+    inbox = PullQueue(ipc_address(socket_dir, "inbox"))
+    sender = PushQueue(ipc_address(socket_dir, "inbox"))
+    start = time.monotonic()
+    assert inbox.get_all_nowait() == []
+    assert time.monotonic() - start < 0.1
+    for uid in range(5):
+        sender.put(AbortMsg(uid))
+    deadline = time.monotonic() + 5
+    received: list[object] = []
+    while len(received) < 5 and time.monotonic() < deadline:
+        received += inbox.get_all_nowait()
+    assert received == [AbortMsg(uid) for uid in range(5)]
+    sender.close()
+    inbox.close()
+
+
+def test_one_pull_socket_hears_several_senders(socket_dir: str) -> None:
+    address = ipc_address(socket_dir, "tokenizer")
+    inbox = PullQueue(address)
+    api, scheduler = PushQueue(address), PushQueue(address)
+    api.put(TokenizeMsg(1, SamplingParams(), prompt="hi"))
+    scheduler.put(BatchMsg([DetokenizeMsg(1, 5)]))
+    received = [inbox.get(timeout_s=5), inbox.get(timeout_s=5)]
+    assert sorted(type(m).__name__ for m in received) == ["BatchMsg", "TokenizeMsg"]
+    for queue in (api, scheduler, inbox):
+        queue.close()
+
+
+def test_a_dataclass_that_is_not_a_message_type_cannot_be_sent() -> None:
+    @dataclasses.dataclass
+    class Popen:
+        args: list[str]
+
+    with pytest.raises(MessageError, match="Popen"):
+        serialize(Popen(["rm", "-rf", "/"]))
+
+
+def test_an_unknown_extension_code_is_refused() -> None:
+    with pytest.raises(MessageError):
+        deserialize(msgpack.packb(msgpack.ExtType(EXT_DATACLASS + 40, b"\x00\x01")))
+
+
+def test_get_without_a_timeout_waits_for_the_next_message(socket_dir: str) -> None:
+    inbox = PullQueue(ipc_address(socket_dir, "inbox"))
+    sender = PushQueue(ipc_address(socket_dir, "inbox"))
+    start = time.monotonic()
+    threading.Timer(0.3, sender.put, args=(AbortMsg(4),)).start()
+    assert inbox.get() == AbortMsg(4)
+    assert time.monotonic() - start >= 0.25
+    sender.close()
+    inbox.close()
+
+
+def test_get_all_nowait_drains_every_queued_message_in_one_call(socket_dir: str) -> None:
+    inbox = PullQueue(ipc_address(socket_dir, "inbox"))
+    sender = PushQueue(ipc_address(socket_dir, "inbox"))
+    for uid in range(5):
+        sender.put(AbortMsg(uid))
+    assert inbox.socket.poll(5000)
+    time.sleep(0.5)  # the other four follow the first within microseconds
+    assert inbox.get_all_nowait() == [AbortMsg(uid) for uid in range(5)]
+    sender.close()
+    inbox.close()

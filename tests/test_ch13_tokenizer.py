@@ -1,0 +1,260 @@
+"""Chapter 13 tests: prompts to token ids (chat template included), incremental
+detokenization (a property test over many random token sequences), and stop strings. They use
+SmolLM2's tokenizer: byte-level BPE, where one character can span several tokens."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from conftest import SMOLLM2, load_tokenizer, require_model
+
+from minisgl.core import SamplingParams
+from minisgl.message import AbortMsg, DetokenizeMsg, ReplyMsg, TokenizeMsg, UserMsg
+from minisgl.tokenizer import IncrementalDetokenizer, StopMatcher, TokenizeManager
+from minisgl.tokenizer.server import TokenizerWorker
+from minisgl.utils import InvalidRequestError
+
+TEXTS = [
+    "The capital of France is Paris.",
+    "Grüße aus Köln: Straße, Äpfel, naïve café.",
+    "東京の天気は晴れです。北京欢迎你！",
+    "Ελληνικά, русский текст и हिन्दी भाषा",
+    "Emoji 🙂👍🏽🎉 and a family 👨‍👩‍👧 in one line.",
+    "def f(x):\n    return x ** 2  # 平方\n",
+]
+RANDOM_SEQUENCES = 400
+
+
+@pytest.fixture(scope="module")
+def tokenizer():  # noqa: ANN201 - a transformers tokenizer
+    return load_tokenizer(require_model(SMOLLM2))
+
+
+def detokenize_all(tokenizer, ids: list[int]) -> list[str]:  # noqa: ANN001
+    """Every piece a fresh detokenizer emits for `ids`, the final flush included."""
+    detokenizer = IncrementalDetokenizer(tokenizer)
+    return [detokenizer.step(token) for token in ids] + [detokenizer.flush()]
+
+
+def test_pieces_of_real_text_are_whole_characters_and_join_to_the_text(tokenizer) -> None:  # noqa: ANN001
+    for text in TEXTS:
+        ids = tokenizer.encode(text)
+        pieces = detokenize_all(tokenizer, ids)
+        assert "".join(pieces) == tokenizer.decode(ids) == text
+        assert not any("\ufffd" in piece for piece in pieces), pieces
+
+
+def test_an_emoji_split_over_tokens_appears_only_when_complete(tokenizer) -> None:  # noqa: ANN001
+    ids = tokenizer.encode("👍🏽")
+    assert len(ids) > 2  # several byte-level tokens
+    pieces = detokenize_all(tokenizer, ids)
+    assert pieces[0] == ""  # the first token is half a character: nothing to show yet
+    assert "".join(pieces) == "👍🏽"
+
+
+def test_random_token_sequences_join_to_the_full_decode(tokenizer) -> None:  # noqa: ANN001
+    """The property: for any tokens, the pieces concatenate to the decode of all of them, and
+    no piece but the last ends inside a character (ends with U+FFFD)."""
+    rng = random.Random(1234)
+    corpus = [tokenizer.encode(text) for text in TEXTS]
+    for _ in range(RANDOM_SEQUENCES):
+        if rng.random() < 0.5:  # any ids at all: invalid UTF-8 included
+            ids = [rng.randrange(len(tokenizer)) for _ in range(rng.randint(1, 40))]
+        else:  # a slice of real multilingual text, maybe cut inside a character
+            source = rng.choice(corpus)
+            start = rng.randrange(len(source))
+            ids = source[start : start + rng.randint(1, 30)]
+        pieces = detokenize_all(tokenizer, ids)
+        assert "".join(pieces) == tokenizer.decode(ids, skip_special_tokens=True), ids
+        assert not any(piece.endswith("\ufffd") for piece in pieces[:-1]), (ids, pieces)
+
+
+def test_special_tokens_are_not_shown(tokenizer) -> None:  # noqa: ANN001
+    ids = tokenizer.encode("Hello there") + [tokenizer.eos_token_id]
+    assert "".join(detokenize_all(tokenizer, ids)) == "Hello there"
+
+
+# --- stop strings --------------------------------------------------------------------------
+
+
+def test_stop_string_split_across_pieces_is_found_and_never_shown() -> None:
+    matcher = StopMatcher(["</end>"])
+    shown = []
+    for piece in ["The answer", " is 4", ".</", "en", "d> and more"]:
+        text, stopped = matcher.push(piece)
+        shown.append(text)
+        if stopped:
+            break
+    assert stopped
+    assert "".join(shown) == "The answer is 4."
+    assert all("<" not in text for text in shown)
+
+
+def test_text_held_back_as_a_possible_stop_string_is_released_when_it_is_not() -> None:
+    matcher = StopMatcher(["STOP"])
+    assert matcher.push("go ST") == ("go ", False)
+    assert matcher.push("ART") == ("START", False)
+    assert matcher.push("ST") == ("", False)
+    assert matcher.flush() == "ST"
+
+
+def test_the_earliest_of_several_stop_strings_wins() -> None:
+    matcher = StopMatcher(["\n\n", "."])
+    assert matcher.push("One. Two\n\nThree") == ("One", True)
+
+
+def test_without_stop_strings_everything_passes_at_once() -> None:
+    assert StopMatcher([]).push("anything </") == ("anything </", False)
+
+
+# --- tokenizing ----------------------------------------------------------------------------
+
+
+def test_a_prompt_is_encoded_and_chat_messages_go_through_the_template(tokenizer) -> None:  # noqa: ANN001
+    manager = TokenizeManager(tokenizer)
+    params = SamplingParams()
+    encoded = manager.tokenize(TokenizeMsg(0, params, prompt="Hi there"))
+    assert encoded == tokenizer.encode("Hi there")
+    assert manager.tokenize(TokenizeMsg(0, params, prompt=[5, 6])) == [5, 6]
+    messages = [{"role": "user", "content": "What is 2+2?"}]
+    ids = manager.tokenize(TokenizeMsg(0, params, messages=messages))
+    expected = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    assert tokenizer.decode(ids) == expected
+    assert expected.rstrip().endswith("assistant")  # the model is asked to answer
+
+
+# --- the worker: one request from tokens to replies ----------------------------------------
+
+
+class Recorder:
+    """A PushQueue stand-in that keeps what was sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[object] = []
+
+    def put(self, msg: object) -> None:
+        self.sent.append(msg)
+
+
+def test_worker_streams_replies_and_aborts_the_request_at_a_stop_string(tokenizer) -> None:  # noqa: ANN001
+    to_scheduler, to_api = Recorder(), Recorder()
+    worker = TokenizerWorker(tokenizer, to_scheduler, to_api)  # type: ignore[arg-type]
+    request = TokenizeMsg(3, SamplingParams(max_tokens=50), prompt="Count:", stop=[" four"])
+    assert worker.handle(request) == []
+    [user_msg] = to_scheduler.sent
+    assert isinstance(user_msg, UserMsg) and user_msg.input_ids == tokenizer.encode("Count:")
+    replies: list[ReplyMsg] = []
+    for token in tokenizer.encode(" one two three four five"):
+        replies += worker.handle(DetokenizeMsg(3, token))
+    assert "".join(r.text for r in replies) == " one two three"
+    assert replies[-1].finish_reason == "stop"
+    assert replies[-1].prompt_tokens == len(user_msg.input_ids)
+    assert to_scheduler.sent[-1] == AbortMsg(3)  # the scheduler frees its pages now
+    assert worker.handle(DetokenizeMsg(3, 42)) == []  # late tokens of a stopped request
+
+
+def test_worker_reports_length_and_token_counts_at_the_end(tokenizer) -> None:  # noqa: ANN001
+    worker = TokenizerWorker(tokenizer, Recorder(), Recorder())  # type: ignore[arg-type]
+    worker.handle(TokenizeMsg(4, SamplingParams(max_tokens=3), prompt="Hi"))
+    tokens = tokenizer.encode(" 🙂 ok")
+    replies = [
+        r
+        for i, token in enumerate(tokens)
+        for r in worker.handle(DetokenizeMsg(4, token, "length" if i == len(tokens) - 1 else None))
+    ]
+    assert "".join(r.text for r in replies) == " 🙂 ok"
+    assert replies[-1].finish_reason == "length"
+    assert replies[-1].completion_tokens == len(tokens)
+
+
+# --- more of the contract: found by the mutation catalogue (mutations.toml) ------------------
+
+
+@pytest.fixture(scope="module")
+def spm_tokenizer():  # noqa: ANN201 - a transformers tokenizer
+    """A tiny SentencePiece-style tokenizer, built here: it decodes "▁world" as " world" after
+    a word but as "world" at the start of a text (as Llama 2 and Mistral do), and has no chat
+    template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "▁Hello": 1, "▁world": 2, "!": 3}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Metaspace()
+    backend.decoder = decoders.Metaspace()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>")
+
+
+def test_a_word_keeps_the_space_its_tokenizer_drops_at_the_start_of_a_text(spm_tokenizer) -> None:  # noqa: ANN001
+    ids = [1, 2, 2, 3]
+    assert spm_tokenizer.decode([2]) == "world"  # alone, the space is gone
+    assert "".join(detokenize_all(spm_tokenizer, ids)) == "Hello world world!"
+
+
+def test_chat_messages_for_a_tokenizer_without_a_template_are_refused(spm_tokenizer) -> None:  # noqa: ANN001
+    manager = TokenizeManager(spm_tokenizer)
+    with pytest.raises(InvalidRequestError, match="chat template"):
+        manager.tokenize(
+            TokenizeMsg(0, SamplingParams(), messages=[{"role": "user", "content": "hi"}])
+        )
+
+
+def test_a_request_without_prompt_or_messages_is_refused(tokenizer) -> None:  # noqa: ANN001
+    with pytest.raises(InvalidRequestError):
+        TokenizeManager(tokenizer).tokenize(TokenizeMsg(0, SamplingParams()))
+
+
+def test_the_longest_proper_prefix_of_a_stop_string_is_held_back() -> None:
+    matcher = StopMatcher(["STOP"])
+    assert matcher.push("go STO") == ("go ", False)
+    assert matcher.push("P now") == ("", True)
+
+
+def test_every_tail_that_could_start_a_stop_string_is_held_back() -> None:
+    matcher = StopMatcher(["--END--"])
+    assert matcher.push("text--") == ("text", False)  # "--" and "-" could both start it
+    assert matcher.push("END-- more") == ("", True)
+
+
+def test_worker_emits_a_broken_last_character_when_the_request_ends(tokenizer) -> None:  # noqa: ANN001
+    worker = TokenizerWorker(tokenizer, Recorder(), Recorder())  # type: ignore[arg-type]
+    worker.handle(TokenizeMsg(5, SamplingParams(), prompt="Hi"))
+    tokens = tokenizer.encode(" ok 👍🏽")[:-1]  # max_tokens ends it inside the emoji
+    replies = [
+        r
+        for i, token in enumerate(tokens)
+        for r in worker.handle(DetokenizeMsg(5, token, "length" if i == len(tokens) - 1 else None))
+    ]
+    assert "".join(r.text for r in replies) == tokenizer.decode(tokens)
+    assert replies[-1].text.endswith("\ufffd")
+
+
+def test_worker_releases_text_held_for_a_stop_string_when_the_request_ends(tokenizer) -> None:  # noqa: ANN001
+    worker = TokenizerWorker(tokenizer, Recorder(), Recorder())  # type: ignore[arg-type]
+    worker.handle(TokenizeMsg(6, SamplingParams(), prompt="Hi", stop=["STOP"]))
+    tokens = tokenizer.encode(" go ST")
+    replies = [
+        r
+        for i, token in enumerate(tokens)
+        for r in worker.handle(DetokenizeMsg(6, token, "length" if i == len(tokens) - 1 else None))
+    ]
+    assert "".join(r.text for r in replies) == " go ST"
+    assert replies[-1].finish_reason == "length"
+
+
+def test_worker_answers_the_first_token_even_when_it_shows_no_text(tokenizer) -> None:  # noqa: ANN001
+    worker = TokenizerWorker(tokenizer, Recorder(), Recorder())  # type: ignore[arg-type]
+    worker.handle(TokenizeMsg(7, SamplingParams(), prompt="Hi"))
+    first, second = tokenizer.encode("👍🏽")[:2]  # both inside one character
+    prompt_tokens = len(tokenizer.encode("Hi"))
+    assert worker.handle(DetokenizeMsg(7, first)) == [ReplyMsg(7, "", None, prompt_tokens, 1)]
+    assert worker.handle(DetokenizeMsg(7, second)) == []  # later empty pieces: no reply
+
+
+def test_worker_passes_a_refusal_on_to_the_client_and_forgets_the_request(tokenizer) -> None:  # noqa: ANN001
+    worker = TokenizerWorker(tokenizer, Recorder(), Recorder())  # type: ignore[arg-type]
+    worker.handle(TokenizeMsg(8, SamplingParams(), prompt="Hi"))
+    refusal = DetokenizeMsg(8, None, error="the prompt is too long")
+    assert worker.handle(refusal) == [ReplyMsg(8, "", error="the prompt is too long")]
+    assert worker.handle(DetokenizeMsg(8, 42)) == []

@@ -1,0 +1,122 @@
+"""Batch grading: many students' engine trees, every chapter's tests, one CSV.
+
+`steps.py grade --submissions DIR --csv FILE` reads DIR/<student>/ (holding work/minisgl/ or
+minisgl/), assembles each student's snapshot of each chapter exactly as `steps.py test` does, and
+runs the course's own test files on it (never files from the submission; a student's progress
+file is never read), sandboxed with the same timeouts. One CSV row per student, chapter and test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.table import Table
+
+from course.errors import CourseError
+from course.manifest import Course
+from course.report import console
+from course.runner import TestCase, run_pytest, sandbox_env
+from course.snapshot import build_snapshot
+
+TEST_TIMEOUT_S = 30  # one test
+RUN_TIMEOUT_S = 300  # one student's chapter
+CSV_COLUMNS = ("student", "chapter", "test", "outcome", "message")
+
+
+@dataclass
+class Grade:
+    student: str
+    chapter: int
+    cases: list[TestCase]
+    error: str = ""  # the tree could not be built or tested at all
+
+    @property
+    def score(self) -> str:
+        passed = sum(case.outcome == "passed" for case in self.cases)
+        return f"{passed}/{len(self.cases)}" if self.cases else "0"
+
+
+def parse_chapters(text: str | None, course: Course) -> list[int]:
+    """ "0-8", "3", "0,2,5" -> chapter numbers (default: all)."""
+    if not text:
+        return sorted(course.chapters)
+    numbers: list[int] = []
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        numbers += range(int(first), int(last or first) + 1)
+    for k in numbers:
+        course.chapter(k)  # raises CourseError for a chapter that does not exist
+    return numbers
+
+
+def student_tree(folder: Path) -> Path | None:
+    """The minisgl/ folder of one submission."""
+    for candidate in (folder / "work" / "minisgl", folder / "minisgl"):
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def grade_one(course: Course, student: Path, k: int, build: Path, jobs: int) -> Grade:
+    tree = student_tree(student)
+    if tree is None:
+        return Grade(student.name, k, [], "no work/minisgl/ folder in the submission")
+    root = build / student.name / f"{k:02d}"
+    try:
+        build_snapshot(course, k, "student", root, work=tree)
+    except CourseError as error:
+        return Grade(student.name, k, [], str(error))
+    tests = course.chapter(k).tests
+    run = run_pytest(
+        tests,
+        [tests],
+        course.root,
+        sandbox_env(root, jobs, MINISGL_TREE=str(root)),
+        root / "junit.xml",
+        RUN_TIMEOUT_S,
+        TEST_TIMEOUT_S,
+    )
+    error = "" if run.tests else run.verdict
+    return Grade(student.name, k, run.tests, error)
+
+
+def cmd_grade(course: Course, args: argparse.Namespace) -> int:
+    students = sorted(p for p in args.submissions.iterdir() if p.is_dir())
+    if not students:
+        raise CourseError(f"{args.submissions} holds no student folders")
+    chapters = parse_chapters(args.chapters, course)
+    build = course.root / "build" / "grade"
+    jobs = [(student, k) for student in students for k in chapters]
+    console.print(f"Grading {len(students)} students x {len(chapters)} chapters ...")
+    with ThreadPoolExecutor(args.jobs) as pool:
+        grades = list(pool.map(lambda job: grade_one(course, *job, build, args.jobs), jobs))
+    args.csv.parent.mkdir(parents=True, exist_ok=True)
+    with args.csv.open("w", newline="", encoding="utf-8") as out:
+        writer = csv.writer(out)
+        writer.writerow(CSV_COLUMNS)
+        for grade in grades:
+            if grade.error:
+                writer.writerow([grade.student, grade.chapter, "", "error", grade.error])
+            for case in grade.cases:
+                writer.writerow(
+                    [
+                        grade.student,
+                        grade.chapter,
+                        case.name,
+                        case.outcome,
+                        case.message.splitlines()[0][:300] if case.message else "",
+                    ]
+                )
+    table = Table("student", *(f"ch{k}" for k in chapters), title="Tests passed")
+    for student in students:
+        row = {g.chapter: g for g in grades if g.student == student.name}
+        table.add_row(
+            student.name, *(row[k].score if not row[k].error else "error" for k in chapters)
+        )
+    console.print(table)
+    console.print(f"Wrote {args.csv}")
+    return 0

@@ -1,0 +1,139 @@
+"""The maintainer's proof that a chapter works, and the one rule for stubs and starters.
+
+A chapter is sound when its reference snapshot passes its main and tests, every one of its tests
+fails on the skeleton (a test that passes on stubs checks nothing the student writes), and its
+main still prints what the site shows (docs/_outputs/, volatile figures aside). A practice
+problem is sound by the same rule: the solution passes every test, the starter fails every test.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
+from pathlib import Path
+
+from course.manifest import Course, Manifest
+from course.outputs import CAPTURE_ENV, OUTPUTS, output_drift
+from course.runner import Run, run_main, run_pytest, sandbox_env
+from course.snapshot import build_snapshot
+
+MAIN_TIMEOUT_S = 120  # one chapter main
+RUN_TIMEOUT_S = 600  # one whole pytest run, should the per-test timeout not fire
+
+
+def vacuous_tests(
+    answer: Run, stubs: Run, answer_word: str = "reference", stub_word: str = "stubs"
+) -> list[str]:
+    """What is wrong when the answer key (reference or solution) and the stubs (skeleton or
+    starter) are both run: the answer must pass every test, the stubs must fail every one."""
+    problems = []
+    if not answer.ok:
+        problems.append(
+            f"the {answer_word} fails: {answer.verdict}: "
+            + ", ".join(f"{c.name} ({c.message[:200]})" for c in answer.failures)
+        )
+    passing = [c.name for c in stubs.tests if c.outcome not in ("failed", "error")]
+    if passing:
+        problems.append(f"tests that pass on the {stub_word}: {', '.join(passing)}")
+    unseen = sorted({c.name for c in answer.tests} - {c.name for c in stubs.tests})
+    if unseen or not stubs.tests:
+        problems.append(
+            f"tests that never ran on the {stub_word} ({stubs.verdict}): "
+            + (", ".join(unseen[:5]) or "all")
+        )
+    return problems
+
+
+def mains_of(course: Course, m: Manifest) -> list[str]:
+    """The chapter's main, and for the last chapter of a stage the stage's milestone."""
+    milestone = f"examples/stage{m.stage}_milestone.py"
+    last = m.number == course.stages[m.stage][-1] and (course.root / milestone).is_file()
+    return [m.main] + ([milestone] if last else [])
+
+
+def run_mains(course: Course, m: Manifest, tree: Path, capture: Path, jobs: int = 1) -> list[Run]:
+    """Run the chapter's mains on `tree`; figure data they dump lands in `capture`."""
+    capture.mkdir(parents=True, exist_ok=True)
+    env = sandbox_env(tree, jobs, **{CAPTURE_ENV: str(capture)})
+    return [
+        run_main(course.root / main, tree, course.root, MAIN_TIMEOUT_S, env)
+        for main in mains_of(course, m)
+    ]
+
+
+def drifted_outputs(course: Course, runs: list[Run], capture: Path) -> list[str]:
+    """Captured outputs whose deterministic part no longer matches a fresh run."""
+    problems = []
+    fresh = {f"{Path(run.label).stem}.txt": run.output for run in runs if run.ok}
+    fresh |= {p.name: p.read_text("utf-8") for p in capture.glob("*.json")}
+    for name, text in sorted(fresh.items()):
+        committed = course.root / OUTPUTS / name
+        if not committed.is_file():
+            problems.append(f"{OUTPUTS / name} is missing: run steps.py capture")
+        elif drift := output_drift(committed.read_text("utf-8"), text):
+            problems.append(f"{OUTPUTS / name} changed (run steps.py capture):\n{drift}")
+    return problems
+
+
+def check_chapters(
+    course: Course, chapters: list[int], jobs: int
+) -> Iterator[tuple[Manifest, list[str], str]]:
+    """Check chapters (each: reference passes its main and tests, every test fails on the
+    skeleton, outputs unchanged), with every run of every chapter in one pool of `jobs`
+    workers so the cores stay busy; yields (manifest, problems, summary) in chapter order."""
+    build = course.root / "build" / "steps"
+    with ThreadPoolExecutor(jobs) as pool:
+        pending = []
+        for k in chapters:
+            m = course.chapter(k)
+            ref = build_snapshot(course, k, "reference", build / f"{k:02d}")
+            skel = build_snapshot(course, k, "skeleton", build / f"{k:02d}-skeleton")
+            capture = build / f"{k:02d}-capture"
+            tests = [
+                pool.submit(
+                    run_pytest,
+                    f"{m.tests} on {snap.root.name}",
+                    [m.tests],
+                    course.root,
+                    sandbox_env(snap.root, jobs, MINISGL_TREE=str(snap.root)),
+                    snap.root / "junit.xml",
+                    RUN_TIMEOUT_S,
+                    MAIN_TIMEOUT_S,
+                )
+                for snap in (ref, skel)
+            ]
+            pending.append(
+                (m, tests, pool.submit(run_mains, course, m, ref.root, capture, jobs), capture)
+            )
+        for m, tests, mains, capture in pending:
+            ref_tests, skel_tests = (job.result() for job in tests)
+            main_runs = mains.result()
+            problems = [
+                f"reference main {run.label}: {run.verdict}\n{run.output[-800:]}"
+                for run in main_runs
+                if not run.ok
+            ]
+            problems += drifted_outputs(course, main_runs, capture)
+            problems += vacuous_tests(ref_tests, skel_tests)
+            summary = (
+                f"main {sum(r.ok for r in main_runs)}/{len(main_runs)}, "
+                f"{len(ref_tests.passed)}/{len(ref_tests.tests)} pass on the reference, "
+                f"{len(skel_tests.failures)}/{len(skel_tests.tests)} fail on the stubs"
+            )
+            yield m, problems, summary
+
+
+def edited_test_files(course: Course, paths: list[str]) -> list[str]:
+    """The test files that differ from their committed version (in a git checkout): a judge
+    must grade with the course's tests, not with tests a student edited."""
+    if not (course.root / ".git").exists():
+        return []
+    edited = []
+    for path in paths:
+        committed = subprocess.run(
+            ["git", "show", f"HEAD:{path}"], cwd=course.root, capture_output=True
+        )
+        if committed.returncode == 0 and committed.stdout != (course.root / path).read_bytes():
+            edited.append(path)
+    return edited

@@ -1,0 +1,197 @@
+"""The chapter manifests (chapters/chNN_slug/chapter.toml) and the ownership they imply.
+
+A manifest names its chapter's `new` files, the earlier files it `modified`, the `stubs` the
+student writes (`path:function` or `path:Class.method`) and the later files or symbols its main
+needs as given code (`early`). Paths in those lists are relative to solutions/minisgl/; `docs`,
+`main` and `tests` are relative to the repository root. Nothing else in the repository lists the
+chapters: every tool discovers them here.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from course.errors import CourseError
+from course.source import functions, stub_of, task_of
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10
+    import tomli as tomllib
+
+NEVER = 10**9  # the chapter of something no chapter declares
+ENGINE = Path("solutions") / "minisgl"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    number: int
+    slug: str
+    title: str
+    stage: int
+    docs: str
+    main: str
+    tests: str
+    new: list[str]
+    modified: list[str]
+    stubs: list[str]
+    early: list[str]
+
+    @property
+    def name(self) -> str:
+        return f"ch{self.number:02d}_{self.slug}"
+
+    @classmethod
+    def load(cls, path: Path) -> Manifest:
+        try:
+            data = tomllib.loads(path.read_text("utf-8"))
+            return cls(**{name: data[name] for name in cls.__dataclass_fields__})
+        except (tomllib.TOMLDecodeError, KeyError, TypeError) as error:
+            raise CourseError(f"{path}: not a valid chapter manifest ({error})") from None
+
+
+@dataclass
+class Course:
+    """The manifests of one repository, and who owns which file and symbol."""
+
+    root: Path
+    chapters: dict[int, Manifest]
+    file_owner: dict[str, int] = field(default_factory=dict)  # file -> chapter listing it `new`
+    stub_owner: dict[tuple[str, str], int] = field(default_factory=dict)  # (file, symbol) -> ch
+    early: dict[str, int] = field(default_factory=dict)  # "file" or "file:Symbol" -> first ch
+    _reference: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def load(cls, root: Path) -> Course:
+        manifests = [Manifest.load(p) for p in sorted(root.glob("chapters/ch*/chapter.toml"))]
+        course = cls(root, {m.number: m for m in manifests})
+        for k, m in sorted(course.chapters.items()):
+            for path in m.new:
+                course.file_owner.setdefault(path, k)
+            for stub in m.stubs:
+                course.stub_owner.setdefault(stub.partition(":")[::2], k)
+            for item in m.early:
+                course.early.setdefault(item, k)
+        return course
+
+    @property
+    def work(self) -> Path:
+        """The student's engine tree."""
+        return self.root / "work" / "minisgl"
+
+    @property
+    def stages(self) -> dict[int, list[int]]:
+        """Stage -> its chapters, in order."""
+        stages: dict[int, list[int]] = {}
+        for k, m in sorted(self.chapters.items()):
+            stages.setdefault(m.stage, []).append(k)
+        return stages
+
+    def chapter(self, k: int) -> Manifest:
+        if k not in self.chapters:
+            raise CourseError(
+                f"no chapter {k}: the chapters are {min(self.chapters)}-{max(self.chapters)}"
+            )
+        return self.chapters[k]
+
+    def chapter_of_page(self, page: str) -> Manifest | None:
+        """The chapter whose docs page is `page` (a path under docs/, e.g. chapters/ch08_x.md)."""
+        return next((m for m in self.chapters.values() if m.docs == f"docs/{page}"), None)
+
+    def reference(self, path: str) -> str:
+        if path not in self._reference:
+            self._reference[path] = (self.root / ENGINE / path).read_text("utf-8")
+        return self._reference[path]
+
+    def files(self, k: int) -> set[str]:
+        """The files of snapshot k: `new` in chapters <= k, and files brought in early."""
+        early = {item for item, j in self.early.items() if j <= k and ":" not in item}
+        return {path for path, j in self.file_owner.items() if j <= k} | early
+
+    def mark(self, path: str, k: int) -> str:
+        """How `path` shows in snapshot k: new, modified, early, or "" (an earlier file)."""
+        m = self.chapters[k]
+        if path in m.new or path in m.modified:
+            return "new" if path in m.new else "modified"
+        return "early" if self.file_owner.get(path, NEVER) > k else ""
+
+    def stubs_in(self, path: str) -> list[tuple[str, int]]:
+        return [(symbol, k) for (p, symbol), k in self.stub_owner.items() if p == path]
+
+    def early_start(self, path: str, symbol: str) -> int:
+        return min(self.early.get(path, NEVER), self.early.get(f"{path}:{symbol}", NEVER))
+
+    def task(self, path: str, symbol: str) -> str:
+        return task_of(functions(ast.parse(self.reference(path)))[symbol][0], symbol)
+
+    def message(self, path: str, symbol: str, owner: int, k: int) -> str:
+        """The NotImplementedError message of a stub in snapshot k."""
+        task = self.task(path, symbol)
+        return f"ch{owner:02d}: {task}" if owner == k else f"written in chapter {owner}: {task}"
+
+    def stub_by_message(self, message: str) -> tuple[str, str, int] | None:
+        """(file, symbol, chapter) of the stub whose NotImplementedError says `message`."""
+        for (path, symbol), owner in self.stub_owner.items():
+            if self.message(path, symbol, owner, owner) == message:
+                return path, symbol, owner
+        return None
+
+    def inconsistencies(self) -> list[str]:
+        """Everything inconsistent in the manifests, in words."""
+        out: list[str] = []
+        exists = lambda path: (self.root / ENGINE / path).is_file()  # noqa: E731
+        if sorted(self.chapters) != list(range(len(self.chapters))):
+            out.append(f"chapters/: numbers must run 0, 1, 2, ...: {sorted(self.chapters)}")
+        for k, m in sorted(self.chapters.items()):
+            where = f"chapters/{m.name}/chapter.toml"
+            out += [
+                f"{where}: {p} does not exist in solutions/minisgl/"
+                for p in m.new + m.modified + [e.split(":")[0] for e in m.early]
+                if not exists(p)
+            ]
+            out += [
+                f"{where}: {p} is new in chapter {self.file_owner[p]} already"
+                for p in m.new
+                if self.file_owner[p] != k
+            ]
+            out += [
+                f"{where}: modified {p} must be new in an earlier chapter"
+                for p in m.modified
+                if self.file_owner.get(p, NEVER) >= k
+            ]
+            for stub in m.stubs:
+                out += self._stub_problems(where, k, m, stub, exists)
+            for item in m.early:
+                path, _, symbol = item.partition(":")
+                owner = self.stub_owner.get((path, symbol)) if symbol else self.file_owner.get(path)
+                if owner is None or owner <= k:
+                    out.append(f"{where}: early {item} must be a file or stub of a later chapter")
+                elif symbol and path not in self.files(k):
+                    out.append(f"{where}: early {item}: {path} is not in snapshot {k}")
+        return out
+
+    def _stub_problems(self, where: str, k: int, m: Manifest, stub: str, exists) -> list[str]:
+        path, symbol = stub.partition(":")[::2]
+        out = []
+        if self.stub_owner[(path, symbol)] != k or path not in m.new + m.modified:
+            out.append(f"{where}: {stub}: stubbed twice, or {path} not new/modified here")
+        nodes = functions(ast.parse(self.reference(path))).get(symbol, []) if exists(path) else []
+        if len(nodes) != 1:
+            return out + [f"{where}: {stub} is defined {len(nodes)} times (need 1)"]
+        try:
+            stub_of(self.reference(path).splitlines(True), nodes[0], "")
+        except CourseError as error:
+            out.append(f"{where}: {stub}: {error}")
+        return out
+
+    def check(self) -> Course:
+        """Raise CourseError listing every inconsistency of the manifests; return self."""
+        problems = self.inconsistencies()
+        if problems:
+            raise CourseError(
+                "the chapter manifests are inconsistent:\n  - " + "\n  - ".join(problems)
+            )
+        return self

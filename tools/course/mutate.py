@@ -1,0 +1,214 @@
+"""Mutation testing of the chapter tests: how many realistic wrong answers do they reject?
+
+Each chapter keeps a catalogue, chapters/chNN_slug/mutations.toml, of mistakes students really
+make, written as data:
+
+    [[mutation]]
+    stub = "scheduler/cache.py:CacheManager.allocate_paged"   # one of the chapter's stubs
+    find = "div_ceil(req.device_len, self.page_size)"          # occurs once in its reference body
+    replace = "req.device_len // self.page_size"
+    mistake = "rounds the last page down"
+
+A mutant is the tree a student would have with that one mistake: the reference code of every
+stub but the mutated one. It is built and tested exactly as `steps.py test K` does; it is killed
+when a test fails (or hangs), and survives when every test passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import random
+import shutil
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import date
+from dataclasses import dataclass
+from pathlib import Path
+
+from course.errors import CourseError
+from course.manifest import Course
+from course.report import console
+from course.runner import Run, run_pytest, sandbox_env
+from course.snapshot import build_snapshot
+from course.source import first_line, functions
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10
+    import tomli as tomllib
+
+TEST_TIMEOUT_S = 30
+RUN_TIMEOUT_S = 600
+MIN_PER_CHAPTER = 5
+TARGET_KILL_RATE = 0.95
+REPORT = Path("docs") / "_reports" / "mutations.json"
+
+
+@dataclass(frozen=True)
+class Mutation:
+    chapter: int
+    stub: str  # "path:Symbol"
+    find: str
+    replace: str
+    mistake: str
+    equivalent: str = ""  # why this mutant cannot be told apart (it is expected to survive)
+
+    @property
+    def path(self) -> str:
+        return self.stub.partition(":")[0]
+
+    @property
+    def symbol(self) -> str:
+        return self.stub.partition(":")[2]
+
+
+def load_mutations(course: Course, k: int) -> list[Mutation]:
+    m = course.chapter(k)
+    path = course.root / "chapters" / m.name / "mutations.toml"
+    if not path.is_file():
+        return []
+    try:
+        entries = tomllib.loads(path.read_text("utf-8")).get("mutation", [])
+        return [
+            Mutation(k, e["stub"], e["find"], e["replace"], e["mistake"], e.get("equivalent", ""))
+            for e in entries
+        ]
+    except (tomllib.TOMLDecodeError, KeyError, TypeError) as error:
+        raise CourseError(f"{path}: not a valid mutation catalogue ({error})") from None
+
+
+def mutated_file(course: Course, mutation: Mutation) -> str:
+    """The reference file with the mistake made in the stub's body; CourseError when the
+    catalogue no longer fits the code (the stub is gone, or `find` is not there exactly once)."""
+    if course.stub_owner.get((mutation.path, mutation.symbol)) != mutation.chapter:
+        raise CourseError(f"mutation of {mutation.stub}: not a stub of chapter {mutation.chapter}")
+    text = course.reference(mutation.path)
+    lines = text.splitlines(keepends=True)
+    node = functions(ast.parse(text))[mutation.symbol][0]
+    first, end = first_line(node), node.end_lineno
+    body = "".join(lines[first - 1 : end])
+    if body.count(mutation.find) != 1:
+        raise CourseError(
+            f"mutation of {mutation.stub} ({mutation.mistake}): {mutation.find!r} "
+            f"occurs {body.count(mutation.find)} times in its body (need 1)"
+        )
+    mutated = (
+        "".join(lines[: first - 1])
+        + body.replace(mutation.find, mutation.replace)
+        + "".join(lines[end:])
+    )
+    ast.parse(mutated)  # a catalogue entry must leave valid Python
+    return mutated
+
+
+def run_mutant(course: Course, mutation: Mutation, build: Path, jobs: int = 1) -> Run:
+    """Build the student tree with this one mistake and run the chapter's tests on it."""
+    k = mutation.chapter
+    work = build / "work" / "minisgl"
+    shutil.rmtree(work, ignore_errors=True)
+    for path in course.files(k):
+        target = work / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(
+            mutated_file(course, mutation) if path == mutation.path else course.reference(path),
+            "utf-8",
+        )
+    root = build / "tree"
+    build_snapshot(course, k, "student", root, work=work)
+    tests = course.chapter(k).tests
+    return run_pytest(
+        f"{mutation.stub}: {mutation.mistake}",
+        [tests],
+        course.root,
+        sandbox_env(root, jobs, MINISGL_TREE=str(root)),
+        root / "junit.xml",
+        RUN_TIMEOUT_S,
+        TEST_TIMEOUT_S,
+    )
+
+
+def sample(mutations: list[Mutation], size: int, seed: int) -> list[Mutation]:
+    """A fixed-seed sample, for CI: the harness and the catalogues stay alive."""
+    return sorted(
+        random.Random(seed).sample(mutations, min(size, len(mutations))),
+        key=lambda m: (m.chapter, m.stub),
+    )
+
+
+def cmd_mutate(course: Course, args: argparse.Namespace) -> int:
+    """Check every catalogue, run the mutants (all, or a fixed-seed sample), report."""
+    chapters = [args.chapter] if args.chapter is not None else sorted(course.chapters)
+    catalogue = {k: load_mutations(course, k) for k in chapters}
+    problems = [
+        f"chapter {k} has {len(ms)} mutations (at least {MIN_PER_CHAPTER} needed)"
+        for k, ms in catalogue.items()
+        if len(ms) < MIN_PER_CHAPTER
+    ]
+    everything = []
+    for mutation in (m for ms in catalogue.values() for m in ms):
+        try:
+            mutated_file(course, mutation)
+        except (CourseError, SyntaxError) as error:  # reported; its mutant cannot be built
+            problems.append(f"{mutation.stub} ({mutation.mistake}): {error}")
+        else:
+            everything.append(mutation)
+    chosen = sample(everything, args.sample, args.seed) if args.sample else everything
+    started = time.monotonic()
+    build = course.root / "build" / "mutants" / str(os.getpid())  # runs at once do not clash
+    with ThreadPoolExecutor(args.jobs) as pool:
+        runs = list(
+            pool.map(
+                lambda im: run_mutant(course, im[1], build / str(im[0]), args.jobs),
+                enumerate(chosen),
+            )
+        )
+    survivors = [(m, run) for m, run in zip(chosen, runs) if run.ok and not m.equivalent]
+    rows = []
+    for k in chapters:
+        mine = [(m, run) for m, run in zip(chosen, runs) if m.chapter == k and not m.equivalent]
+        killed = sum(not run.ok for _, run in mine)
+        rows.append((k, killed, len(mine)))
+        console.print(f"chapter {k}: {killed}/{len(mine)} mutants killed")
+    for m, _ in survivors:
+        console.print(f"  [red]survived[/] ch{m.chapter} {m.stub}: {m.mistake}")
+    for problem in problems:
+        console.print(f"  [red]-[/] {problem}")
+    console.print(f"{len(chosen)} mutants in {time.monotonic() - started:.0f} s")
+    if args.report and not args.sample:
+        write_report(course, rows, survivors, [m for m in chosen if m.equivalent], args)
+    weak = [k for k, killed, total in rows if total and killed < TARGET_KILL_RATE * total]
+    return 1 if problems or (survivors if args.sample else weak) else 0
+
+
+def write_report(
+    course: Course,
+    rows: list[tuple[int, int, int]],
+    survivors: list[tuple[Mutation, Run]],
+    equivalent: list[Mutation],
+    args: argparse.Namespace,
+) -> None:
+    """Update docs/_outputs/mutations.json (one entry per chapter, kept from earlier runs); the
+    maintainers' page draws its table from it (`::mutations`)."""
+    path = course.root / REPORT
+    path.parent.mkdir(parents=True, exist_ok=True)
+    report = json.loads(path.read_text("utf-8")) if path.is_file() else {}
+    for k, killed, total in rows:
+        if not total:
+            continue
+        report[str(k)] = {
+            "chapter": course.chapters[k].name,
+            "killed": killed,
+            "total": total,
+            "date": date.today().isoformat(),
+            "command": f".venv/bin/python tools/steps.py mutate {k} --report",
+            "survivors": [f"{m.stub}: {m.mistake}" for m, _ in survivors if m.chapter == k],
+            "equivalent": [
+                f"{m.stub}: {m.mistake}: {m.equivalent}" for m in equivalent if m.chapter == k
+            ],
+        }
+    ordered = dict(sorted(report.items(), key=lambda item: int(item[0])))
+    path.write_text(json.dumps(ordered, indent=2) + "\n", "utf-8")

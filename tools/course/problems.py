@@ -1,0 +1,177 @@
+"""Practice problems: practice/problems/<slug>/ folders (practice/README.md has the format).
+
+A problem is problem.md (front matter, statement, `## Hint`, `## Explanation`), starter.py,
+solution.py and test.py, whose `test_example*` functions are the samples shown to the student.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from course.errors import CourseError
+
+DIFFICULTIES = ("easy", "medium", "hard")
+ENVS = ("browser", "torch", "cuda")  # browser: standard library only (runs in Pyodide too)
+FRONT_MATTER_KEYS = ("number", "title", "chapter", "difficulty", "env")
+PROBLEM_FILES = ("problem.md", "starter.py", "solution.py", "test.py")
+SAMPLE_PREFIX = "test_example"
+
+
+class ProblemError(CourseError):
+    """A problem folder that does not follow the format."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    number: int  # stable id: chapter * 10 + i, i = 1..9
+    slug: str  # the folder name
+    title: str
+    chapter: int
+    difficulty: str
+    env: str
+    path: Path
+
+    @property
+    def body(self) -> str:
+        """problem.md without its front matter."""
+        return split_front_matter((self.path / "problem.md").read_text("utf-8"))[1]
+
+    @property
+    def statement(self) -> str:
+        """What the student reads first: the body without the Hint and Explanation sections."""
+        return "".join(
+            text
+            for name, text in markdown_sections(self.body)
+            if name not in ("hint", "explanation")
+        )
+
+    @property
+    def hint(self) -> str:
+        return section_text(self.body, "hint")
+
+    @property
+    def explanation(self) -> str:
+        return section_text(self.body, "explanation")
+
+    @property
+    def workspace_name(self) -> str:
+        return f"{self.number:03d}_{self.slug}.py"
+
+    @property
+    def sample_names(self) -> list[str]:
+        """The sample tests (functions named test_example*) of test.py."""
+        text = (self.path / "test.py").read_text("utf-8")
+        return re.findall(rf"^def ({SAMPLE_PREFIX}\w*)\(", text, flags=re.MULTILINE)
+
+
+def split_front_matter(text: str) -> tuple[dict[str, str], str]:
+    """Split `---\\nkey: value\\n...\\n---\\nbody` into ({key: value}, body)."""
+    lines = text.splitlines(keepends=True)
+    if not lines or lines[0].strip() != "---":
+        raise ProblemError("problem.md must start with a `---` line (front matter)")
+    end = next((i for i in range(1, len(lines)) if lines[i].strip() == "---"), None)
+    if end is None:
+        raise ProblemError("problem.md: the front matter has no closing `---` line")
+    meta: dict[str, str] = {}
+    for line in lines[1:end]:
+        if not line.strip():
+            continue
+        key, sep, value = line.partition(":")
+        if not sep:
+            raise ProblemError(
+                f"problem.md: front matter line {line.strip()!r} is not `key: value`"
+            )
+        meta[key.strip()] = value.strip()
+    return meta, "".join(lines[end + 1 :]).lstrip("\n")
+
+
+def markdown_sections(body: str) -> list[tuple[str, str]]:
+    """Split a Markdown body at its `## ` headings: [(lower-case heading or "", text), ...]."""
+    sections: list[tuple[str, str]] = [("", "")]
+    for line in body.splitlines(keepends=True):
+        if line.startswith("## "):
+            sections.append((line[3:].strip().lower(), line))
+        else:
+            name, text = sections[-1]
+            sections[-1] = (name, text + line)
+    return sections
+
+
+def section_text(body: str, name: str) -> str:
+    """The text of the `## <name>` section, without its heading ("" if absent)."""
+    for heading, text in markdown_sections(body):
+        if heading == name:
+            return text.split("\n", 1)[1].strip() if "\n" in text else ""
+    return ""
+
+
+def parse_problem(folder: Path, chapters: set[int]) -> Problem:
+    """Read and validate one problem folder; ProblemError names what is wrong."""
+    missing = [name for name in PROBLEM_FILES if not (folder / name).is_file()]
+    if missing:
+        raise ProblemError(f"{folder.name}: missing {', '.join(missing)}")
+    meta, body = split_front_matter((folder / "problem.md").read_text("utf-8"))
+    absent = [key for key in FRONT_MATTER_KEYS if not meta.get(key)]
+    if absent:
+        raise ProblemError(f"{folder.name}: front matter lacks {', '.join(absent)}")
+    try:
+        number, chapter = int(meta["number"]), int(meta["chapter"])
+    except ValueError:
+        raise ProblemError(f"{folder.name}: number and chapter must be integers") from None
+    if chapter not in chapters:
+        raise ProblemError(
+            f"{folder.name}: chapter {chapter} is not a chapter of the course "
+            f"({min(chapters)}-{max(chapters)})"
+        )
+    if number // 10 != chapter or number % 10 == 0:
+        raise ProblemError(
+            f"{folder.name}: number {number} must be chapter * 10 + (1..9) for chapter {chapter}"
+        )
+    if meta["difficulty"] not in DIFFICULTIES:
+        raise ProblemError(
+            f"{folder.name}: difficulty {meta['difficulty']!r} is not one of "
+            f"{', '.join(DIFFICULTIES)}"
+        )
+    if meta["env"] not in ENVS:
+        raise ProblemError(f"{folder.name}: env {meta['env']!r} is not one of {', '.join(ENVS)}")
+    if not re.fullmatch(r"[a-z0-9]+(_[a-z0-9]+)*", folder.name):
+        raise ProblemError(f"{folder.name}: the folder name must be lower-case words joined by _")
+    headings = [name for name, _ in markdown_sections(body)]
+    for needed in ("hint", "explanation"):
+        if needed not in headings:
+            raise ProblemError(f"{folder.name}: problem.md has no `## {needed.title()}` section")
+    return Problem(
+        number, folder.name, meta["title"], chapter, meta["difficulty"], meta["env"], folder
+    )
+
+
+def load_problems(folder: Path, chapters: set[int]) -> list[Problem]:
+    """Every problem under `folder`, sorted by number; ProblemError on the first malformed one
+    or a duplicate number. `chapters` are the course's chapter numbers (from the manifests)."""
+    if not folder.is_dir():
+        return []
+    problems = [
+        parse_problem(sub, chapters)
+        for sub in sorted(folder.iterdir())
+        if sub.is_dir() and (sub / "problem.md").exists()
+    ]
+    seen: dict[int, str] = {}
+    for problem in problems:
+        if problem.number in seen:
+            raise ProblemError(
+                f"problems {seen[problem.number]} and {problem.slug} share number {problem.number}"
+            )
+        seen[problem.number] = problem.slug
+    return sorted(problems, key=lambda p: p.number)
+
+
+def find_problem(problems: list[Problem], key: str) -> Problem:
+    """A problem by number (`41`) or slug (`prepare_inputs`)."""
+    for problem in problems:
+        if key in (str(problem.number), problem.slug):
+            return problem
+    raise ProblemError(
+        f"no problem {key!r}: `.venv/bin/python practice/judge.py list` shows them all"
+    )

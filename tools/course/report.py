@@ -1,0 +1,158 @@
+"""What the tools print: one rich console, short verdicts, and the first failure explained.
+
+A failure report points at the student's own code: the failing test, its assertion (pytest shows
+the operands), the stubs the test exercises (from the test's source and from the traceback),
+which of them are still unwritten, that stub's docstring as the hint, and the command that
+reruns just that test on the student's tree.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from course.manifest import Course
+from course.runner import Run, TestCase
+from course.snapshot import Snapshot
+from course.source import find_definition, functions, is_unwritten, symbol_at
+
+MESSAGE_LINES = 12  # of the first failure's assertion
+HINT_LINES = 8  # of the stub's docstring
+PYTHON = ".venv/bin/python"  # how printed commands run the tools (the project's interpreter)
+
+
+def make_console() -> Console:
+    """Logs (CI) are wider than the 80 columns rich assumes when stdout is not a terminal."""
+    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", 120))
+    return Console(highlight=False, width=width)
+
+
+console = make_console()
+
+
+def mark(ok: bool) -> str:
+    return "[green]✓[/]" if ok else "[red]✗[/]"
+
+
+def print_cases(run: Run, limit: int = 20) -> None:
+    """One line per failing test (passing ones are counted, not listed)."""
+    for case in run.failures[:limit]:
+        why = " (stopped: does your code loop forever?)" if case.timed_out else ""
+        console.print(f"  {mark(False)} {escape(case.name)}{why}")
+    if len(run.failures) > limit:
+        console.print(f"  ... and {len(run.failures) - limit} more")
+
+
+def first_lines(text: str, limit: int) -> str:
+    lines = text.strip().splitlines()
+    return "\n".join(lines[:limit] + (["..."] if len(lines) > limit else []))
+
+
+def student_paths(text: str, snapshot: Snapshot) -> str:
+    """Rewrite snapshot paths in a traceback to the student's work/ files."""
+    prefix = re.escape(str(snapshot.root / "minisgl")) + r"/([\w/]+\.py)(?::(\d+))?"
+
+    def where(found: re.Match[str]) -> str:
+        line = int(found.group(2)) if found.group(2) else None
+        return snapshot.student_location(found.group(1), line) or found.group(0)
+
+    return re.sub(prefix, where, text)
+
+
+def stubs_in_traceback(course: Course, snapshot: Snapshot, details: str) -> list[tuple[str, str]]:
+    """(file, symbol) of the stubs whose code appears in a failure's traceback, innermost last."""
+    found: list[tuple[str, str]] = []
+    prefix = re.escape(str(snapshot.root / "minisgl")) + r"/([\w/]+\.py):(\d+)"
+    for path, line in re.findall(prefix, details):
+        target = snapshot.root / "minisgl" / path
+        symbol = symbol_at(target.read_text("utf-8"), int(line)) if target.is_file() else None
+        if symbol and (path, symbol) in course.stub_owner and (path, symbol) not in found:
+            found.append((path, symbol))
+    return found
+
+
+def stubs_named_in_test(
+    course: Course, k: int, test_file: Path, test: str
+) -> list[tuple[str, str]]:
+    """Chapter k's stubs whose names the test function's source mentions."""
+    try:
+        node = find_definition(test_file.read_text("utf-8"), test.split("[")[0])
+    except Exception:  # noqa: BLE001 - a parametrized or generated name: nothing to add
+        return []
+    names = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+    names |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    return [
+        (path, symbol)
+        for (path, symbol), owner in course.stub_owner.items()
+        if owner == k and symbol.rsplit(".", 1)[-1] in names
+    ]
+
+
+def unwritten(course: Course, snapshot: Snapshot, path: str, symbol: str) -> bool:
+    """True when the snapshot still has the stub's NotImplementedError body."""
+    target = snapshot.root / "minisgl" / path
+    if not target.is_file():
+        return True
+    nodes = functions(ast.parse(target.read_text("utf-8"))).get(symbol)
+    return bool(nodes) and is_unwritten(nodes[0])
+
+
+def docstring_hint(course: Course, path: str, symbol: str) -> str:
+    """The stub's docstring: what to write, its invariants and the helpers to call."""
+    node = functions(ast.parse(course.reference(path)))[symbol][0]
+    return first_lines(ast.get_docstring(node) or f"implement {symbol}", HINT_LINES)
+
+
+def print_failure(
+    course: Course,
+    k: int,
+    snapshot: Snapshot,
+    run: Run,
+    case: TestCase,
+    test_file: Path,
+    rerun: str,
+) -> None:
+    """The first failure, explained in at most ~30 lines."""
+    console.print(f"\n[bold]First failure:[/] {escape(case.name)}")
+    # A module that failed to import says why at the end of its traceback.
+    message = (
+        case.message
+        if not case.is_collection
+        else "\n".join(case.details.strip().splitlines()[-MESSAGE_LINES:])
+    )
+    message = student_paths(message or "(no message)", snapshot)
+    console.print("  " + escape(first_lines(message, MESSAGE_LINES)).replace("\n", "\n  "))
+    in_trace = stubs_in_traceback(course, snapshot, f"{case.message}\n{case.details}")
+    exercised = in_trace + [
+        s for s in stubs_named_in_test(course, k, test_file, case.name) if s not in in_trace
+    ]
+    if in_trace:
+        path, symbol = in_trace[-1]
+        location = student_paths(f"{case.message}\n{case.details}", snapshot)
+        lines = re.findall(rf"(work/minisgl/{re.escape(path)}(?::\d+)?)", location)
+        console.print(f"  raised in {symbol} ({lines[-1] if lines else 'work/minisgl/' + path})")
+    if exercised:
+        names = ", ".join(
+            symbol + (" (not written yet)" if unwritten(course, snapshot, p, symbol) else "")
+            for p, symbol in exercised
+        )
+        console.print(f"[bold]This test exercises:[/] {escape(names)}")
+    if case.timed_out:
+        console.print(
+            "[bold]Hint:[/] the test was stopped: does your code loop forever, or wait "
+            "for something that never comes?"
+        )
+    elif exercised:
+        path, symbol = next(
+            ((p, s) for p, s in exercised if unwritten(course, snapshot, p, s)),
+            exercised[-1] if in_trace else exercised[0],
+        )
+        console.print(f"[bold]Hint:[/] {symbol} in work/minisgl/{path}:")
+        console.print("  " + escape(docstring_hint(course, path, symbol)).replace("\n", "\n  "))
+    console.print(f"[bold]Rerun it:[/] {escape(rerun)}", soft_wrap=True)
