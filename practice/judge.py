@@ -21,9 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -47,8 +45,9 @@ from course import CourseError  # noqa: E402
 from course.manifest import Course  # noqa: E402
 from course.problems import ENVS, Problem, ProblemError, find_problem  # noqa: E402
 from course.problems import load_problems as load_problems_in  # noqa: E402
-from course.report import PYTHON, console, mark  # noqa: E402
-from course.checks import vacuous_tests  # noqa: E402
+from course.report import PYTHON, console, mark, print_practice_run  # noqa: E402
+from course.checks import unsound_problem  # noqa: E402
+from course.practice import can_import, runs_ok  # noqa: E402
 from course.practice import grade as grade_in_sandbox  # noqa: E402
 from course.runner import Run  # noqa: E402
 from course.store import ProgressStore, backup  # noqa: E402
@@ -145,32 +144,7 @@ def cmd_test(args: argparse.Namespace) -> int:
         )
         return 2
     run = grade(problem, submission, args.samples, args.timeout)
-    what = "samples" if args.samples else "tests"
-    for case in run.tests:
-        console.print(f"  {mark(case.outcome == 'passed')} {escape(case.name)}")
-    if not run.ok:
-        console.print(
-            f"[red]✗ {problem.number} {problem.slug}: {escape(run.verdict)}[/]", soft_wrap=True
-        )
-        if run.failures:
-            first = run.failures[0]
-            console.print(
-                Panel(
-                    escape(first.message or "(no message)"),
-                    title=f"first failure: {escape(first.name)}",
-                    border_style="red",
-                )
-            )
-        if problem.hint:
-            console.print(Panel(Markdown(problem.hint), title="Hint", border_style="yellow"))
-    else:
-        console.print(f"[green bold]All {len(run.tests)} {what} passed[/] ({run.seconds:.1f} s).")
-        if args.samples:
-            console.print("Now run the hidden tests too: drop --samples.")
-        elif problem.explanation:
-            console.print(
-                Panel(Markdown(problem.explanation), title="Explanation", border_style="green")
-            )
+    print_practice_run(problem, run, args.samples)
     progress = store(args)
     previous = progress.get(problem.number)
     solved = previous.get("status") == "solved" or (run.ok and not args.samples)
@@ -215,24 +189,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def can_import(module: str) -> tuple[bool, str]:
-    """Whether a fresh interpreter (as the tests use) imports `module`; its file or the error."""
-    return runs_ok(f"import {module}; print(getattr({module}, '__file__', '') or '')")
-
-
-def runs_ok(code: str) -> tuple[bool, str]:
-    """Whether a fresh interpreter runs `code`; its output or its last error line."""
-    with tempfile.TemporaryDirectory() as tmp:  # not the repo: what the tests will see
-        done = subprocess.run(
-            [sys.executable, "-c", code], cwd=tmp, capture_output=True, text=True, timeout=120
-        )
-    return done.returncode == 0, (
-        done.stdout.strip()
-        if done.returncode == 0
-        else (done.stderr.strip().splitlines() or ["failed"])[-1]
-    )
-
-
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Check the environment and say which kinds of problem can be solved here."""
     checks = {"Python >= 3.10": (sys.version_info >= (3, 10), sys.executable)}
@@ -269,12 +225,6 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 # --- check (maintainers) -----------------------------------------------------------------------
 
 
-def problem_errors(problem: Problem, solution: Run, starter: Run) -> list[str]:
-    """Samples exist; and the chapter judge's rule: the answer passes, the stubs fail."""
-    errors = [] if problem.sample_names else ["no sample test (test_example*) in test.py"]
-    return errors + vacuous_tests(solution, starter, "solution", "starter")
-
-
 def cmd_check(args: argparse.Namespace) -> int:
     started = time.monotonic()
     problems = [
@@ -289,7 +239,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             for kind in ("solution", "starter")
         }
         errors = {
-            p.slug: problem_errors(
+            p.slug: unsound_problem(
                 p, runs[p.slug, "solution"].result(), runs[p.slug, "starter"].result()
             )
             for p in problems

@@ -33,10 +33,10 @@ ROOT = TOOLS.parent
 sys.path.insert(0, str(TOOLS))
 
 from course import CourseError  # noqa: E402
-from course.batch import RUN_TIMEOUT_S, TEST_TIMEOUT_S, parse_chapters  # noqa: E402
-from course.checks import MAIN_TIMEOUT_S  # noqa: E402
+from course.batch import parse_chapters  # noqa: E402
+from course.checks import MAIN_TIMEOUT_S, RUN_TIMEOUT_S, run_chapter_tests  # noqa: E402
 from course.manifest import Course  # noqa: E402
-from course.runner import FAILED, Run, run_main, run_pytest, sandbox_env  # noqa: E402
+from course.runner import FAILED, Run, run_main, sandbox_env  # noqa: E402
 from course.snapshot import assemble_file, build_snapshot  # noqa: E402
 from course.source import first_line, functions, head_of, replace_functions  # noqa: E402
 
@@ -85,15 +85,7 @@ class NotebookGrader:
                 pool = ThreadPoolExecutor(1)
                 self.main = pool.submit(self.run_main, jobs)
                 pool.shutdown(wait=False)  # the main runs on; check_main waits for it
-            self.run = run_pytest(
-                self.manifest.tests,
-                [self.manifest.tests],
-                self.course.root,
-                sandbox_env(self.snapshot, jobs, MINISGL_TREE=str(self.snapshot)),
-                self.snapshot / "junit.xml",
-                RUN_TIMEOUT_S,
-                TEST_TIMEOUT_S,
-            )
+            self.run = run_chapter_tests(self.course, [self.manifest.tests], self.snapshot, jobs)
         print(f"{self.manifest.tests}: {self.run.verdict} ({self.run.seconds:.1f} s)")
         for case in self.run.tests:
             mark = {"passed": "✓", "skipped": "-"}.get(case.outcome, "✗")

@@ -35,18 +35,22 @@ from course import CourseError
 from course.batch import cmd_grade
 from course.mutate import REPORT, cmd_mutate
 from course.manifest import Course
-from course.checks import MAIN_TIMEOUT_S, check_chapters, edited_test_files, run_mains
+from course.checks import (
+    MAIN_TIMEOUT_S,
+    TEST_TIMEOUT_S,
+    check_chapters,
+    edited_test_files,
+    run_chapter_tests,
+    run_mains,
+)
 from course.outputs import OUTPUTS
-from course.report import PYTHON, console, print_cases, print_failure
-from course.runner import run_main, run_pytest, sandbox_env
-from course import snapshot
-from course.snapshot import Snapshot, build_snapshot, skeleton_text, tree_of
+from course.report import PYTHON, console, print_cases, print_failure, print_snapshot
+from course.runner import run_main, sandbox_env
+from course.snapshot import build_snapshot, sync_skeletons, tree_of
 from course.store import ProgressStore, backup
 from course.workspace import plan_start, sha
 
 ROOT = Path(__file__).resolve().parent.parent
-TEST_TIMEOUT_S = 30  # one test: a hanging stub is named after this long
-RUN_TIMEOUT_S = 600  # one whole pytest run, should the per-test timeout not fire
 WATCH_POLL_S = 0.3  # how often `watch` looks for saved files
 
 
@@ -142,15 +146,8 @@ def cmd_test(course: Course, args: argparse.Namespace) -> int:
     label = f"chapter {k} tests" + (f" and chapters {k - 1}..0" if len(chapters) > 1 else "")
     console.print(f"Running {label} on your tree (work/minisgl/) ...")
     extra = ["-k", args.select] if args.select else []
-    tests = run_pytest(
-        label,
-        [c.tests for c in chapters],
-        course.root,
-        sandbox_env(root, MINISGL_TREE=str(root)),
-        root / "junit.xml",
-        RUN_TIMEOUT_S,
-        args.test_timeout,
-        extra,
+    tests = run_chapter_tests(
+        course, [c.tests for c in chapters], root, 1, args.test_timeout, extra, label
     )
     rerun = f"{PYTHON} tools/steps.py test {k} -k "
     if not tests.ok:
@@ -207,23 +204,6 @@ def cmd_watch(course: Course, args: argparse.Namespace) -> int:
         return 0
 
 
-def print_snapshot(snap: Snapshot) -> None:
-    table = Table("file", "from", title=f"Snapshot in {snap.root}")
-    for path, origin in snap.origins.items():
-        table.add_row(f"minisgl/{path}", origin)
-    console.print(table)
-    if snap.fallbacks:
-        table = Table("chapter", "symbol", "file", "why", title="Reference code used for")
-        for f in snap.fallbacks:
-            table.add_row(str(f.owner), f.symbol, f.path, f.reason)
-        console.print(table)
-
-
-def render_tree(k: int, root: Path = ROOT) -> str:
-    """Snapshot k's file tree as plain text, for the site."""
-    return snapshot.render_tree(Course.load(root), k)
-
-
 def cmd_tree(course: Course, args: argparse.Namespace) -> int:
     tree, counts = tree_of(course, args.chapter)
     console.print(tree)
@@ -275,22 +255,7 @@ def cmd_capture(course: Course, args: argparse.Namespace) -> int:
 
 def cmd_sync(course: Course, args: argparse.Namespace) -> int:
     """Regenerate chapters/*/skeleton/; with --check only name the stale files."""
-    stale: list[str] = []
-    for k, m in sorted(course.chapters.items()):
-        folder = course.root / "chapters" / m.name / "skeleton"
-        expected = {path: skeleton_text(course, path, k) for path in m.new + m.modified}
-        existing = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
-        for path in sorted(existing | set(expected)):
-            target = folder / path
-            if path not in expected:
-                stale.append(f"{target.relative_to(course.root)} (not in the manifest)")
-                if not args.check:
-                    target.unlink()
-            elif path not in existing or target.read_text("utf-8") != expected[path]:
-                stale.append(str(target.relative_to(course.root)))
-                if not args.check:
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_text(expected[path], "utf-8", newline="")
+    stale = sync_skeletons(course, write=not args.check)
     for line in stale:
         console.print(f"  {'stale' if args.check else 'wrote'}: {line}")
     if args.check and stale:
@@ -298,10 +263,8 @@ def cmd_sync(course: Course, args: argparse.Namespace) -> int:
             f"[red]{len(stale)} stale skeleton files:[/] run {PYTHON} tools/steps.py sync"
         )
         return 1
-    console.print(
-        f"skeletons of {len(course.chapters)} chapters: "
-        + ("up to date" if args.check else f"{len(stale)} files written")
-    )
+    done = "up to date" if args.check else f"{len(stale)} files written"
+    console.print(f"skeletons of {len(course.chapters)} chapters: {done}")
     return 0
 
 
@@ -330,51 +293,26 @@ def main(argv: list[str] | None = None) -> int:
     watch = command("watch", cmd_watch, "run `test K` again whenever you save a file", "1")
     for p in (test, watch):
         p.add_argument("--all", action="store_true", help="also the tests of chapters < K")
-        p.add_argument(
-            "--strict",
-            action="store_true",
-            help="no reference code for chapters < K (runs their tests too)",
-        )
+        p.add_argument("--strict", action="store_true", help="only your code, all chapters' tests")
         p.add_argument("-k", dest="select", help="only the tests matching this pytest expression")
         p.add_argument("--verbose", action="store_true", help="show where each file came from")
-        p.add_argument(
-            "--test-timeout",
-            type=float,
-            default=TEST_TIMEOUT_S,
-            help=f"seconds one test may run (default {TEST_TIMEOUT_S})",
-        )
-        p.add_argument(
-            "--main-timeout",
-            type=float,
-            default=MAIN_TIMEOUT_S,
-            help=f"seconds the main may run (default {MAIN_TIMEOUT_S})",
-        )
+        p.add_argument("--test-timeout", type=float, default=TEST_TIMEOUT_S, help="s per test")
+        p.add_argument("--main-timeout", type=float, default=MAIN_TIMEOUT_S, help="s for the main")
     command("tree", cmd_tree, "the files of snapshot K", "1")
     grade = command("grade", cmd_grade, "instructors: grade many students' work/ trees")
-    grade.add_argument(
-        "--submissions",
-        type=Path,
-        required=True,
-        help="a folder with one folder per student, each holding work/minisgl/",
-    )
+    grade.add_argument("--submissions", type=Path, required=True, help="a folder per student")
     grade.add_argument("--csv", type=Path, required=True, help="where to write the grades")
     grade.add_argument("--chapters", help="e.g. 0-8 (default: every chapter)")
     grade.add_argument("--jobs", type=int, default=2, help="students graded at once")
     check = command("check", cmd_check, "maintainer: reference passes, stubs fail", "?")
     check.add_argument("--jobs", type=int, default=4, help="runs at once (1 thread each)")
     command("capture", cmd_capture, "maintainer: rewrite docs/_outputs/", "?")
-    mutate = command(
-        "mutate", cmd_mutate, "maintainer: how many wrong answers the tests reject", "?"
-    )
+    mutate = command("mutate", cmd_mutate, "maintainer: wrong answers the tests reject", "?")
     mutate.add_argument("--sample", type=int, help="run only this many mutants (CI)")
     mutate.add_argument("--seed", type=int, default=0, help="which sample")
     mutate.add_argument("--jobs", type=int, default=2, help="mutants tested at once")
-    mutate.add_argument(
-        "--report",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help=f"update {REPORT} with the chapters run in full (default: yes)",
-    )
+    report = argparse.BooleanOptionalAction
+    mutate.add_argument("--report", action=report, default=True, help=f"update {REPORT}")
     sync = command("sync", cmd_sync, "maintainer: regenerate chapters/*/skeleton/")
     sync.add_argument("--check", action="store_true", help="only name stale files")
     args = parser.parse_args(argv)
@@ -384,10 +322,8 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[red]error:[/] {escape(str(error))}")
         return 2
     except KeyboardInterrupt:
-        console.print(
-            "[yellow]Stopped (Ctrl-C): every process the judge started has ended; "
-            "your files are as they were.[/]"
-        )
+        stopped = "every process the judge started has ended; your files are as they were"
+        console.print(f"[yellow]Stopped (Ctrl-C): {stopped}.[/]")
         return 130
 
 

@@ -19,11 +19,10 @@ from rich.table import Table
 from course.errors import CourseError
 from course.manifest import Course
 from course.report import console
-from course.runner import TestCase, run_pytest, sandbox_env
+from course.checks import run_chapter_tests
+from course.runner import TestCase
 from course.snapshot import build_snapshot
 
-TEST_TIMEOUT_S = 30  # one test
-RUN_TIMEOUT_S = 300  # one student's chapter
 CSV_COLUMNS = ("student", "chapter", "test", "outcome", "message")
 
 
@@ -70,16 +69,7 @@ def grade_one(course: Course, student: Path, k: int, build: Path, jobs: int) -> 
         build_snapshot(course, k, "student", root, work=tree)
     except CourseError as error:
         return Grade(student.name, k, [], str(error))
-    tests = course.chapter(k).tests
-    run = run_pytest(
-        tests,
-        [tests],
-        course.root,
-        sandbox_env(root, jobs, MINISGL_TREE=str(root)),
-        root / "junit.xml",
-        RUN_TIMEOUT_S,
-        TEST_TIMEOUT_S,
-    )
+    run = run_chapter_tests(course, [course.chapter(k).tests], root, jobs)
     error = "" if run.tests else run.verdict
     return Grade(student.name, k, run.tests, error)
 

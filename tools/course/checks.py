@@ -14,12 +14,37 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from course.manifest import Course, Manifest
+from course.problems import Problem
 from course.outputs import CAPTURE_ENV, OUTPUTS, output_drift
 from course.runner import Run, run_main, run_pytest, sandbox_env
 from course.snapshot import build_snapshot
 
 MAIN_TIMEOUT_S = 120  # one chapter main
 RUN_TIMEOUT_S = 600  # one whole pytest run, should the per-test timeout not fire
+TEST_TIMEOUT_S = 30  # one test: a hanging stub is named after this long
+
+
+def run_chapter_tests(
+    course: Course,
+    test_files: list[str],
+    tree: Path,
+    jobs: int = 1,
+    test_timeout: float = TEST_TIMEOUT_S,
+    extra: list[str] | None = None,
+    label: str = "",
+) -> Run:
+    """Run the course's chapter test files on the snapshot at `tree` (the judge, batch grading
+    and mutants all grade this way)."""
+    return run_pytest(
+        label or ", ".join(test_files),
+        test_files,
+        course.root,
+        sandbox_env(tree, jobs, MINISGL_TREE=str(tree)),
+        tree / "junit.xml",
+        RUN_TIMEOUT_S,
+        test_timeout,
+        extra,
+    )
 
 
 def vacuous_tests(
@@ -43,6 +68,13 @@ def vacuous_tests(
             + (", ".join(unseen[:5]) or "all")
         )
     return problems
+
+
+def unsound_problem(problem: Problem, solution: Run, starter: Run) -> list[str]:
+    """What is wrong with a practice problem: samples must exist, and the chapter judge's
+    rule holds (the solution passes every test, the starter fails every one)."""
+    errors = [] if problem.sample_names else ["no sample test (test_example*) in test.py"]
+    return errors + vacuous_tests(solution, starter, "solution", "starter")
 
 
 def mains_of(course: Course, m: Manifest) -> list[str]:

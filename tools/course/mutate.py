@@ -32,7 +32,8 @@ from pathlib import Path
 from course.errors import CourseError
 from course.manifest import Course
 from course.report import console
-from course.runner import Run, run_pytest, sandbox_env
+from course.checks import run_chapter_tests
+from course.runner import Run
 from course.snapshot import build_snapshot
 from course.source import first_line, functions
 
@@ -41,8 +42,6 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10
     import tomli as tomllib
 
-TEST_TIMEOUT_S = 30
-RUN_TIMEOUT_S = 600
 MIN_PER_CHAPTER = 5
 TARGET_KILL_RATE = 0.95
 REPORT = Path("docs") / "_reports" / "mutations.json"
@@ -119,16 +118,8 @@ def run_mutant(course: Course, mutation: Mutation, build: Path, jobs: int = 1) -
         )
     root = build / "tree"
     build_snapshot(course, k, "student", root, work=work)
-    tests = course.chapter(k).tests
-    return run_pytest(
-        f"{mutation.stub}: {mutation.mistake}",
-        [tests],
-        course.root,
-        sandbox_env(root, jobs, MINISGL_TREE=str(root)),
-        root / "junit.xml",
-        RUN_TIMEOUT_S,
-        TEST_TIMEOUT_S,
-    )
+    label = f"{mutation.stub}: {mutation.mistake}"
+    return run_chapter_tests(course, [course.chapter(k).tests], root, jobs, label=label)
 
 
 def sample(mutations: list[Mutation], size: int, seed: int) -> list[Mutation]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -91,3 +93,21 @@ def import_error(output: str, submission: Path) -> str:
         return ""
     message = re.sub(r"\(/\S*submission\.py\)", f"({submission})", " ".join(errors[-2:]))
     return f"{submission}: the tests could not import it: {message}"
+
+
+def can_import(module: str) -> tuple[bool, str]:
+    """Whether a fresh interpreter (as the tests use) imports `module`; its file or the error."""
+    return runs_ok(f"import {module}; print(getattr({module}, '__file__', '') or '')")
+
+
+def runs_ok(code: str) -> tuple[bool, str]:
+    """Whether a fresh interpreter runs `code`; its output or its last error line."""
+    with tempfile.TemporaryDirectory() as tmp:  # not the repo: what the tests will see
+        done = subprocess.run(
+            [sys.executable, "-c", code], cwd=tmp, capture_output=True, text=True, timeout=120
+        )
+    return done.returncode == 0, (
+        done.stdout.strip()
+        if done.returncode == 0
+        else (done.stderr.strip().splitlines() or ["failed"])[-1]
+    )

@@ -15,9 +15,13 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markdown import Markdown
 from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
 
 from course.manifest import Course
+from course.problems import Problem
 from course.runner import Run, TestCase
 from course.snapshot import Snapshot
 from course.source import find_definition, functions, is_unwritten, symbol_at
@@ -156,3 +160,45 @@ def print_failure(
         console.print(f"[bold]Hint:[/] {symbol} in work/minisgl/{path}:")
         console.print("  " + escape(docstring_hint(course, path, symbol)).replace("\n", "\n  "))
     console.print(f"[bold]Rerun it:[/] {escape(rerun)}", soft_wrap=True)
+
+
+def print_snapshot(snap: Snapshot) -> None:
+    table = Table("file", "from", title=f"Snapshot in {snap.root}")
+    for path, origin in snap.origins.items():
+        table.add_row(f"minisgl/{path}", origin)
+    console.print(table)
+    if snap.fallbacks:
+        table = Table("chapter", "symbol", "file", "why", title="Reference code used for")
+        for f in snap.fallbacks:
+            table.add_row(str(f.owner), f.symbol, f.path, f.reason)
+        console.print(table)
+
+
+def print_practice_run(problem: Problem, run: Run, samples: bool) -> None:
+    """A practice verdict: each test, the first failure and the hint, or the explanation."""
+    what = "samples" if samples else "tests"
+    for case in run.tests:
+        console.print(f"  {mark(case.outcome == 'passed')} {escape(case.name)}")
+    if not run.ok:
+        console.print(
+            f"[red]✗ {problem.number} {problem.slug}: {escape(run.verdict)}[/]", soft_wrap=True
+        )
+        if run.failures:
+            first = run.failures[0]
+            console.print(
+                Panel(
+                    escape(first.message or "(no message)"),
+                    title=f"first failure: {escape(first.name)}",
+                    border_style="red",
+                )
+            )
+        if problem.hint:
+            console.print(Panel(Markdown(problem.hint), title="Hint", border_style="yellow"))
+    else:
+        console.print(f"[green bold]All {len(run.tests)} {what} passed[/] ({run.seconds:.1f} s).")
+        if samples:
+            console.print("Now run the hidden tests too: drop --samples.")
+        elif problem.explanation:
+            console.print(
+                Panel(Markdown(problem.explanation), title="Explanation", border_style="green")
+            )

@@ -183,3 +183,25 @@ def render_tree(course: Course, k: int) -> str:
     plain = Console(file=io.StringIO(), width=120, color_system=None, highlight=False)
     plain.print(tree)
     return counts + "\n" + plain.file.getvalue()
+
+
+def sync_skeletons(course: Course, write: bool) -> list[str]:
+    """The stale files of chapters/*/skeleton/ (rewritten, or removed if no manifest lists
+    them, when `write`)."""
+    stale: list[str] = []
+    for k, m in sorted(course.chapters.items()):
+        folder = course.root / "chapters" / m.name / "skeleton"
+        expected = {path: skeleton_text(course, path, k) for path in m.new + m.modified}
+        existing = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+        for path in sorted(existing | set(expected)):
+            target = folder / path
+            if path not in expected:
+                stale.append(f"{target.relative_to(course.root)} (not in the manifest)")
+                if write:
+                    target.unlink()
+            elif path not in existing or target.read_text("utf-8") != expected[path]:
+                stale.append(str(target.relative_to(course.root)))
+                if write:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_text(expected[path], "utf-8", newline="")
+    return stale
