@@ -20,6 +20,7 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
+from course.errors import CourseError
 from course.manifest import Course
 from course.problems import Problem
 from course.runner import Run, TestCase
@@ -87,7 +88,7 @@ def stubs_named_in_test(
     """Chapter k's stubs whose names the test function's source mentions."""
     try:
         node = find_definition(test_file.read_text("utf-8"), test.split("[")[0])
-    except Exception:  # noqa: BLE001 - a parametrized or generated name: nothing to add
+    except (CourseError, OSError, SyntaxError):  # a generated test, or no such file
         return []
     names = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
     names |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
