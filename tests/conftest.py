@@ -7,6 +7,7 @@ Chapter tests import `minisgl` from whatever tree is first on sys.path (the refe
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -185,3 +186,20 @@ def llm_fixture(config):  # noqa: ANN001, ANN201 - config(**overrides) -> LLM kw
         return get
 
     return llms
+
+
+def build_site(root: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    """`mkdocs build --strict` of the course at `root` into `out` (drafts never allowed)."""
+    env = {k: v for k, v in os.environ.items() if k != "MINISGL_DOCS_DRAFT"}
+    command = [sys.executable, "-m", "mkdocs", "build", "--strict", "-q"]
+    command += ["-f", str(root / "mkdocs.yml"), "-d", str(out)]
+    return subprocess.run(command, capture_output=True, text=True, cwd=root, env=env, timeout=300)
+
+
+@pytest.fixture(scope="session")
+def built_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The course's site, built once per test session (the site and browser tests share it)."""
+    out = tmp_path_factory.mktemp("site")
+    result = build_site(ROOT, out)
+    assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stderr[-3000:]}"
+    return out

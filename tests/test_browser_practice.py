@@ -2,7 +2,7 @@
 (headless) Chromium solves a problem on the built site and stops an infinite loop.
 
 Needs node and the npm package (`npm ci --prefix practice/web`) and Debian's chromium (./run
-installs both). The built site goes to build/browser-practice-site/ (git-ignored).
+installs both). The site is the one built once per test session (conftest.built_site).
 """
 
 from __future__ import annotations
@@ -184,32 +184,10 @@ class QuietHandler(SimpleHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def site() -> Path:
-    """The site, built into build/ (git-ignored)."""
+def site(built_site: Path) -> Path:
+    """The site with Pyodide vendored into it (shared with the site tests)."""
     require_pyodide()
-    out = ROOT / "build" / "browser-practice-site"
-    env = {k: v for k, v in os.environ.items() if k != "MINISGL_DOCS_DRAFT"}
-    built = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mkdocs",
-            "build",
-            "--strict",
-            "-q",
-            "-f",
-            str(ROOT / "mkdocs.yml"),
-            "-d",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=300,
-    )
-    assert built.returncode == 0, f"mkdocs build --strict failed:\n{built.stderr[-3000:]}"
-    return out
+    return built_site
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from conftest import build_site
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -56,35 +57,9 @@ def prose_words(markdown: str) -> int:
     return len(re.findall(r"[A-Za-z][\w'-]*", "\n".join(lines)))
 
 
-def build_site(root: Path, out: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "MINISGL_DOCS_DRAFT"}
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mkdocs",
-            "build",
-            "--strict",
-            "-q",
-            "-f",
-            str(root / "mkdocs.yml"),
-            "-d",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=root,
-        env=env,
-        timeout=300,
-    )
-
-
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("site")
-    result = build_site(ROOT, out)
-    assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stderr[-3000:]}"
-    return out
+def site(built_site: Path) -> Path:
+    return built_site
 
 
 def test_chapters_0_to_11_have_pages() -> None:
