@@ -94,7 +94,6 @@ def generate_hand_batched(
 
 
 def main() -> None:
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
     engine = Engine(EngineConfig(MODEL, max_running_req=8, num_pages=4096))  # checks MODEL first
     tokenizer = AutoTokenizer.from_pretrained(MODEL)
     prompts = [
