@@ -12,7 +12,6 @@ events around a replay of the batch's CUDA graph (graphs on) or an eager forward
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import time
@@ -20,8 +19,11 @@ from pathlib import Path
 
 import torch
 
+from minisgl.benchmark import append_result
+from minisgl.benchmark.offline import release_gpu_memory
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from offline import RANDOM_MODEL, ROOT, build_random_model, release_gpu_memory  # noqa: E402
+from offline import RANDOM_MODEL, resolve_model  # noqa: E402
 
 
 def time_steps(llm, batch_size: int, context: int, warmup: int, steps: int) -> float:  # noqa: ANN001
@@ -76,11 +78,7 @@ def main() -> int:
     args = parser.parse_args()
     from minisgl.llm import LLM
 
-    model = (
-        build_random_model(ROOT / "build" / RANDOM_MODEL, torch.bfloat16)
-        if args.model == RANDOM_MODEL
-        else Path(args.model)
-    )
+    model = resolve_model(args.model, torch.bfloat16)
     sizes = [int(n) for n in args.batch_sizes.split(",")]
     print(f"decode step, {model.name}, context {args.context}, {torch.cuda.get_device_name()}")
     print(f"{'variant':<12}{'batch':>6}{'step ms':>9}{'forward ms':>12}{'tok/s':>10}")
@@ -109,19 +107,17 @@ def main() -> int:
                     flush=True,
                 )
                 if args.json:
-                    with args.json.open("a") as f:
-                        f.write(
-                            json.dumps(
-                                {
-                                    "variant": variant,
-                                    "batch": size,
-                                    "context": args.context,
-                                    "step_s": step,
-                                    "forward_s": forward,
-                                }
-                            )
-                            + "\n"
-                        )
+                    append_result(
+                        args.json,
+                        {
+                            "benchmark": "decode_step",
+                            "variant": variant,
+                            "batch": size,
+                            "context": args.context,
+                            "step_s": step,
+                            "forward_s": forward,
+                        },
+                    )
         release_gpu_memory()
     return 0
 

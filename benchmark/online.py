@@ -11,174 +11,33 @@ most `--concurrency` in flight; with `--duration` new requests keep coming until
 seconds have passed. Each one streams /v1/completions with `ignore_eos`, so it generates
 exactly `--output-len` tokens (`transformers serve` refuses `ignore_eos`: its requests may stop
 early at EOS, and its token counts come from `usage`). Reported: time to first token (TTFT),
-inter-token latency (ITL, the gaps between streamed pieces), p50 and p99, request and token
-throughput, errors. Against a minisgl server it then reads /metrics once the server is idle: no
-request left running, no KV page still in use, and the integrity check passed.
+inter-token latency (ITL, the gaps between streamed pieces) and end-to-end latency, p50 and
+p99, request and token throughput, errors. Against a minisgl server it then reads /metrics
+once the server is idle: no request left running, no KV page still in use, and the integrity
+check passed. The client and the metrics are minisgl.benchmark's (chapter 21); this script
+starts and stops the servers.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import os
-import random
 import signal
 import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from tqdm import tqdm
+
+from minisgl.benchmark import append_result, run_load, summarize
 
 ROOT = Path(__file__).resolve().parent.parent
-WORDS = (
-    "river stone cloud paper garden window silver engine music winter candle forest "
-    "market bridge letter island orange planet rocket shadow"
-).split()
 STARTUP_TIMEOUT_S = 300.0
 IDLE_TIMEOUT_S = 60.0
-
-
-@dataclass
-class RequestResult:
-    ok: bool
-    error: str = ""
-    ttft_s: float = 0.0
-    latency_s: float = 0.0
-    gaps_s: list[float] = field(default_factory=list)  # between streamed pieces
-    output_tokens: int = 0
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The q-th percentile (0-100) by linear interpolation; nan for no values."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * q / 100
-    low, high = math.floor(k), math.ceil(k)
-    return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
-
-
-def make_prompt(rng: random.Random, words: int) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(words))
-
-
-async def one_request(
-    http: httpx.AsyncClient, model: str, prompt: str, output_len: int, extra: dict
-) -> RequestResult:
-    """Stream one completion; time its first piece and the gaps between pieces."""
-    body = {
-        "model": model,
-        "prompt": prompt,
-        "max_tokens": output_len,
-        "temperature": 0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        **extra,
-    }
-    start = time.perf_counter()
-    result, last = RequestResult(ok=False), None
-    try:
-        async with http.stream("POST", "/v1/completions", json=body) as response:
-            if response.status_code != 200:
-                result.error = f"HTTP {response.status_code}: {(await response.aread())[:200]!r}"
-                return result
-            async for line in response.aiter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                chunk = json.loads(line[len("data: ") :])
-                if chunk.get("usage"):
-                    result.output_tokens = chunk["usage"]["completion_tokens"]
-                if not chunk["choices"] or not chunk["choices"][0].get("text"):
-                    continue
-                now = time.perf_counter()
-                if last is None:
-                    result.ttft_s = now - start
-                else:
-                    result.gaps_s.append(now - last)
-                last = now
-    except (httpx.HTTPError, json.JSONDecodeError, KeyError) as error:
-        result.error = f"{type(error).__name__}: {error}"
-        return result
-    result.latency_s = time.perf_counter() - start
-    result.ok = last is not None
-    if not result.ok:
-        result.error = "the stream ended without any text"
-    return result
-
-
-async def run_load(
-    url: str,
-    model: str,
-    num_requests: int | None,
-    duration_s: float | None,
-    rate: float,
-    concurrency: int,
-    input_words: int,
-    output_len: int,
-    seed: int,
-    headers: dict[str, str] | None = None,
-    progress: bool = True,
-    extra: dict | None = None,
-) -> tuple[list[RequestResult], float]:
-    """Send the load; returns every request's result and the wall time of the run.
-
-    `extra` adds fields to every request body (default: `ignore_eos`, a minisgl extension).
-    """
-    extra = {"ignore_eos": True} if extra is None else extra
-    rng = random.Random(seed)
-    limit = asyncio.Semaphore(concurrency)
-    results: list[RequestResult] = []
-    tasks: list[asyncio.Task] = []
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=600, limits=limits) as http:
-        bar = tqdm(total=num_requests, desc="requests", unit="req", disable=not progress)
-
-        async def limited(prompt: str) -> None:
-            try:
-                result = await one_request(http, model, prompt, output_len, extra)
-            finally:
-                limit.release()
-            results.append(result)
-            bar.update()
-
-        start = time.perf_counter()
-        sent = 0
-        while (num_requests is None or sent < num_requests) and (
-            duration_s is None or time.perf_counter() - start < duration_s
-        ):
-            await limit.acquire()  # at most `concurrency` in flight
-            tasks.append(asyncio.create_task(limited(make_prompt(rng, input_words))))
-            sent += 1
-            if rate != math.inf:
-                await asyncio.sleep(rng.expovariate(rate))
-        await asyncio.gather(*tasks)
-        seconds = time.perf_counter() - start
-        bar.close()
-    return results, seconds
-
-
-def summarize(results: list[RequestResult], seconds: float) -> dict[str, float]:
-    good = [r for r in results if r.ok]
-    gaps = [gap for r in good for gap in r.gaps_s]
-    tokens = sum(r.output_tokens for r in good)
-    return {
-        "requests": len(results),
-        "errors": len(results) - len(good),
-        "seconds": seconds,
-        "request_throughput": len(good) / seconds,
-        "token_throughput": tokens / seconds,
-        "output_tokens": tokens,
-        "ttft_p50_ms": percentile([r.ttft_s for r in good], 50) * 1e3,
-        "ttft_p99_ms": percentile([r.ttft_s for r in good], 99) * 1e3,
-        "itl_p50_ms": percentile(gaps, 50) * 1e3,
-        "itl_p99_ms": percentile(gaps, 99) * 1e3,
-    }
 
 
 def print_summary(name: str, summary: dict[str, float]) -> None:
@@ -192,6 +51,10 @@ def print_summary(name: str, summary: dict[str, float]) -> None:
     )
     print(f"  TTFT        p50 {summary['ttft_p50_ms']:.0f} ms, p99 {summary['ttft_p99_ms']:.0f} ms")
     print(f"  ITL         p50 {summary['itl_p50_ms']:.1f} ms, p99 {summary['itl_p99_ms']:.1f} ms")
+    print(
+        f"  latency     p50 {summary['latency_p50_ms']:.0f} ms, "
+        f"p99 {summary['latency_p99_ms']:.0f} ms"
+    )
 
 
 def idle_metrics(url: str, headers: dict[str, str] | None = None) -> dict[str, float] | None:
@@ -339,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input-words", type=int, default=32)
     parser.add_argument("--output-len", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument(
+        "--json", type=Path, default=None, help="also append each server's figures as a JSON line"
+    )
     args = parser.parse_args(argv)
     if args.num_requests is None and args.duration is None:
         parser.error("give --num-requests, --duration or both")
@@ -379,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             stop(server)
     if args.json is not None:
-        args.json.write_text(json.dumps(figures, indent=2))
+        for server_name, summary in figures.items():
+            append_result(args.json, {"benchmark": "online", "server": server_name, **summary})
     first = next(iter(figures.values()))
     return 1 if first["errors"] or first.get("pages_in_use_after", 0) else 0
 

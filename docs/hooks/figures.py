@@ -600,3 +600,162 @@ def cache_req_regions(data: dict) -> tuple[str, str]:
         f"positions {old} to {shared - 1} now point at {first}'s slots."
     )
     return svg(width, height, body, caption), caption
+
+
+# --- chapter 21: output tokens/s of the official workload on an H200 --------------------------
+
+
+@drawing("ch21_benchmark.h200")
+def h200_throughput(data: list) -> tuple[str, str]:
+    left, bar, gap, scale_width = 190, 22, 8, 420
+    fastest = max(row["tokens_per_s"] for row in data)
+    height = 20 + len(data) * (bar + gap)
+    body: list[str] = []
+    for i, row in enumerate(data):
+        y = 10 + i * (bar + gap)
+        run = row["run"].split(",")[0]
+        color = COLORS["waiting"] if row["variant"] == "transformers" else COLORS["prefill"]
+        length = scale_width * row["tokens_per_s"] / fastest
+        body += [
+            text(left - 8, y + 15, f"{row['variant']} (run {run})", 12, "end"),
+            rect(left, y, length, bar, color, f"{row['tokens_per_s']:,.0f} output tokens/s"),
+            text(left + length + 6, y + 15, f"{row['tokens_per_s']:,.0f} tok/s", 11),
+        ]
+    caption = (
+        "Output tokens per second on the official workload (256 requests, lengths uniform in "
+        "[100, 1024]) on one H200, from benchmark/results/: the engine with everything on, "
+        "with CUDA graphs or overlap scheduling off (run A), and the engine against "
+        "transformers' generate in the same run (run B)."
+    )
+    return svg(left + scale_width + 110, height, body, caption), caption
+
+
+# --- chapter 17: a batch in FlashInfer's CSR form ---------------------------------------------
+
+
+@drawing("ch17_gpu_attention.page_lists")
+def flashinfer_page_lists(data: dict) -> tuple[str, str]:
+    page_size, reqs = data["page_size"], data["reqs"]
+    kv_indptr, kv_indices = data["kv_indptr"], data["kv_indices"]
+    qo_indptr, last_page_len = data["qo_indptr"], data["last_page_len"]
+    slot, left, top = 16, 150, 30
+    page_w = page_size * slot + 8
+    body = [text(left, top - 12, "each request's pages (a cell per slot)", 11, weight="bold")]
+    for r, req in enumerate(reqs):
+        y = top + r * 34
+        pages = kv_indices[kv_indptr[r] : kv_indptr[r + 1]]
+        body.append(text(left - 10, y + 16, f"{req['name']}: {req['tokens']} tokens", 12, "end"))
+        for k, page in enumerate(pages):
+            x = left + k * page_w
+            for s in range(page_size):
+                pos = k * page_size + s
+                color = (
+                    COLORS["pad"]
+                    if pos >= req["tokens"]
+                    else COLORS["cached"]
+                    if pos < req["cached"]
+                    else OWNERS[r % len(OWNERS)]
+                )
+                body.append(rect(x + s * slot, y, slot, 22, color, f"position {pos}"))
+            body.append(text(x + page_size * slot / 2, y - 2, f"page {page}", 9, "middle"))
+        used = last_page_len[r]
+        body.append(text(left + len(pages) * page_w + 4, y + 16, f"last_page_len {used}", 10))
+    y = top + len(reqs) * 34 + 30
+    body.append(text(left - 10, y + 16, "kv_indices", 12, "end", "bold"))
+    for i, page in enumerate(kv_indices):
+        owner = next(r for r in range(len(reqs)) if kv_indptr[r] <= i < kv_indptr[r + 1])
+        body.append(rect(left + i * 34, y, 34, 22, OWNERS[owner % len(OWNERS)], f"entry {i}"))
+        body.append(text(left + i * 34 + 17, y + 15, page, 11, "middle", fill="#ffffff"))
+    for ptr in kv_indptr:
+        body.append(line(left + ptr * 34, y - 6, left + ptr * 34, y + 28))
+        body.append(text(left + ptr * 34, y + 40, ptr, 10, "middle"))
+    body.append(text(left - 10, y + 40, "kv_indptr", 11, "end"))
+    y += 64
+    body.append(text(left - 10, y + 16, "new tokens", 12, "end", "bold"))
+    cell = 14
+    for r in range(len(reqs)):
+        for t in range(qo_indptr[r], qo_indptr[r + 1]):
+            body.append(rect(left + t * cell, y, cell, 22, OWNERS[r % len(OWNERS)], f"token {t}"))
+    for ptr in qo_indptr:
+        body.append(line(left + ptr * cell, y - 6, left + ptr * cell, y + 28))
+        body.append(text(left + ptr * cell, y + 40, ptr, 10, "middle"))
+    body.append(text(left - 10, y + 40, "qo_indptr", 11, "end"))
+    width = left + max(len(kv_indices) * 34, qo_indptr[-1] * cell, 4 * page_w + 110) + 20
+    height = y + 70
+    body += legend(
+        left,
+        height - 10,
+        [
+            (COLORS["cached"], "cached"),
+            (OWNERS[0], "computed now (a colour per request)"),
+            (COLORS["pad"], "unused slot"),
+        ],
+    )
+    caption = (
+        f"The batch of chapter 17's main, page size {page_size}: each request's pages "
+        "(top), their concatenation kv_indices with kv_indptr marking where each request's "
+        "pages start, and the batch's new tokens split by qo_indptr. last_page_len counts "
+        "the slots in use in each last page, from 1 to the page size."
+    )
+    return svg(width, height, body, caption), caption
+
+
+# --- chapter 18: the graph ladder and the padding of each batch size --------------------------
+
+
+@drawing("ch18_cuda_graph.ladder")
+def graph_ladder(data: dict) -> tuple[str, str]:
+    ladder, replays = data["ladder"], data["replays"]
+    top_size = ladder[-1]
+    col, scale, left, top = 9, 3, 40, 20
+    base = top + top_size * scale
+    replayed = {batch for batch, _ in replays}
+    body = [text(left - 6, base + 4, 0, 9, "end"), text(left - 6, top + 4, top_size, 9, "end")]
+    for n in range(1, top_size + 1):
+        graph = min(s for s in ladder if s >= n)
+        x = left + (n - 1) * col
+        body.append(rect(x, base - n * scale, col, n * scale, OWNERS[0], f"batch {n}"))
+        if graph > n:
+            body.append(
+                rect(
+                    x,
+                    base - graph * scale,
+                    col,
+                    (graph - n) * scale,
+                    COLORS["waiting"],
+                    f"batch {n} replays graph {graph}: {graph - n} padding rows",
+                )
+            )
+        if n in ladder:
+            body.append(text(x + col / 2, base + 14, n, 9, "middle"))
+        if n in replayed:
+            body.append(
+                f'<circle cx="{x + col / 2:g}" cy="{base + 24:g}" r="3" fill="{COLORS["text"]}"/>'
+            )
+    body.append(line(left, base, left + top_size * col, base))
+    body.append(
+        text(
+            left + top_size * col / 2,
+            base + 44,
+            "batch size (captured sizes labelled)",
+            11,
+            "middle",
+        )
+    )
+    width, height = left + top_size * col + 20, base + 76
+    body += legend(
+        left,
+        height - 8,
+        [
+            (OWNERS[0], "the batch's rows"),
+            (COLORS["waiting"], "padding up to the graph replayed"),
+            (COLORS["text"], "sizes the main's run replayed"),
+        ],
+    )
+    caption = (
+        f"The ladder of graphs up to {top_size} (1, 2, 4, then every 8): each batch size "
+        "replays the smallest captured graph that holds it, so a bar is the batch's rows plus "
+        "the padding rows computed for nothing; dots mark the decode batch sizes the main's "
+        "run replayed."
+    )
+    return svg(width, height, body, caption), caption

@@ -14,11 +14,13 @@ shared by every layer:
 sequences over thread blocks) on the host and copies the schedule to the device, once per
 batch. Every layer then calls `run`.
 
-flashinfer is imported only when this backend is built: the rest of minisgl runs without it.
+flashinfer is imported only when this backend is built without `wrappers`: the rest of minisgl
+runs without it, and the CPU tests hand in a plain-torch stand-in.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +36,50 @@ if TYPE_CHECKING:
 WORKSPACE_BYTES = 128 * 2**20  # FlashInfer's scratch space for split-KV partial results
 
 
+@dataclass
+class PageLists:
+    """A batch in FlashInfer's CSR form, on the host (its pages are gathered on the device)."""
+
+    num_pages: list[int]  # [batch] pages each request's tokens fill
+    kv_indptr: list[int]  # [batch + 1] where each request's pages start in kv_indices
+    qo_indptr: list[int]  # [batch + 1] where each request's new tokens start in the batch
+    last_page_len: list[int]  # [batch] slots in use in each request's last page, 1..page_size
+
+
+def page_lists(seq_lens: list[int], extend_lens: list[int], page_size: int) -> PageLists:
+    """FlashInfer's host-side lists for requests of seq_lens tokens, extend_lens of them new.
+
+    A request of n tokens fills div_ceil(n, page_size) pages and uses n - (pages - 1) *
+    page_size slots of its last one: between 1 and page_size, never 0. kv_indptr and qo_indptr
+    start at 0 and add up num_pages and extend_lens, so request i owns the range [ptr[i],
+    ptr[i + 1]).
+    """
+    num_pages = [div_ceil(n, page_size) for n in seq_lens]
+    kv_indptr, qo_indptr = [0], [0]
+    for pages, extend in zip(num_pages, extend_lens):
+        kv_indptr.append(kv_indptr[-1] + pages)
+        qo_indptr.append(qo_indptr[-1] + extend)
+    last_page_len = [n - (p - 1) * page_size for n, p in zip(seq_lens, num_pages)]
+    return PageLists(num_pages, kv_indptr, qo_indptr, last_page_len)
+
+
+def pad_page_lists(lists: PageLists, pad_to: int) -> PageLists:
+    """The lists with padding rows appended up to pad_to rows (a graph's batch size).
+
+    Each padding row is one query token over one page with one slot in use (the spare page,
+    whose index the caller appends to kv_indices), so the kernel computes a harmless row that
+    nobody reads. Real rows are unchanged; a batch already pad_to rows long is returned as is.
+    """
+    num_pad = max(0, pad_to - len(lists.num_pages))
+    pad = range(1, num_pad + 1)
+    return PageLists(
+        lists.num_pages + [1] * num_pad,
+        lists.kv_indptr + [lists.kv_indptr[-1] + i for i in pad],
+        lists.qo_indptr + [lists.qo_indptr[-1] + i for i in pad],
+        lists.last_page_len + [1] * num_pad,
+    )
+
+
 def gather_page_indices(
     page_table: torch.Tensor,
     rows: torch.Tensor,
@@ -46,8 +92,9 @@ def gather_page_indices(
 
     page_table: [rows, max_seq_len] slot of each token; rows, num_pages: [batch] each request's
     table row and page count; kv_indptr: [batch + 1] their running sum. Page k of a request is
-    the slot of its token k * page_size, divided by page_size. Everything is computed on the
-    device from these small tensors, with no loop over requests and no wait for the device.
+    the slot of its token k * page_size, divided by page_size. Compute everything on the device
+    from these small tensors, with no loop over requests and no wait for the device
+    (torch.repeat_interleave with output_size gives each output page its request).
     """
     device = page_table.device
     batch_size = rows.shape[0]
@@ -64,8 +111,25 @@ class FlashInferMetadata(BaseAttnMetadata):
     wrapper: Any  # the planned FlashInfer wrapper (prefill, decode, or a graph's decode)
 
 
+@dataclass
+class DescribedBatch:
+    """A batch's page lists as FlashInfer's plan takes them: int32 tensors, kv_indices on the
+    device and the rest on the host (plan reads them there to schedule the work)."""
+
+    kv_indices: torch.Tensor
+    kv_indptr: torch.Tensor
+    qo_indptr: torch.Tensor
+    last_page_len: torch.Tensor
+    last_indices: torch.Tensor  # [batch] on the device: each request's last token in the batch
+
+
 class FlashInferBackend(BaseAttnBackend):
-    """FlashInfer's paged prefill and decode kernels over minisgl's KV pool (CUDA only)."""
+    """FlashInfer's paged prefill and decode kernels over minisgl's KV pool (CUDA only).
+
+    `wrappers` is where the two wrapper classes come from: the flashinfer module by default,
+    or anything with the same `BatchPrefillWithPagedKVCacheWrapper` and
+    `BatchDecodeWithPagedKVCacheWrapper` (the CPU tests pass a plain-torch stand-in).
+    """
 
     def __init__(
         self,
@@ -75,9 +139,9 @@ class FlashInferBackend(BaseAttnBackend):
         num_heads: int,
         num_kv_heads: int,
         head_dim: int,
+        wrappers: Any = None,
     ) -> None:
-        import flashinfer
-
+        self.wrappers = wrappers or importlib.import_module("flashinfer")
         self.kv_cache = kv_cache
         self.page_table = page_table
         self.page_size = page_size
@@ -85,12 +149,12 @@ class FlashInferBackend(BaseAttnBackend):
         self.device = page_table.device
         self.dtype = kv_cache.k_cache(0).dtype
         self.workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
-        self.prefill_wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
+        self.prefill_wrapper = self.wrappers.BatchPrefillWithPagedKVCacheWrapper(
             self.workspace, kv_layout="NHD", backend="fa2"
         )
         # Tensor cores pay off when many query heads share a KV head (FlashInfer's advice).
         self.use_tensor_cores = num_heads // num_kv_heads >= 4
-        self.decode_wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+        self.decode_wrapper = self.wrappers.BatchDecodeWithPagedKVCacheWrapper(
             self.workspace, kv_layout="NHD", use_tensor_cores=self.use_tensor_cores
         )
         # CUDA graphs (chapter 18): fixed buffers the captured kernels read, one wrapper per
@@ -101,53 +165,49 @@ class FlashInferBackend(BaseAttnBackend):
 
     # ----- metadata -------------------------------------------------------------------------
 
-    def _describe(
-        self, batch: Batch, pad_to: int = 0, pad_page: int = 0
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The batch in FlashInfer's CSR form: kv_indices on the device, the rest on the host.
+    def describe(self, batch: Batch, pad_to: int = 0, pad_page: int = 0) -> DescribedBatch:
+        """The batch in FlashInfer's CSR form, padded with one-page rows up to `pad_to`.
 
-        Every per-request number goes into one pinned host tensor, copied to the device once.
-        With `pad_to`, rows are added up to that batch size, each one page long (`pad_page`):
-        a CUDA graph captured for a larger batch computes them, and nobody reads their output.
+        Every per-request number goes into one host tensor, copied to the device once; the
+        pages are gathered there from the page table. Padding rows read `pad_page`.
         """
-        reqs, size = batch.reqs, batch.size
-        seq_lens = [req.device_len for req in reqs]
-        num_pages = [div_ceil(n, self.page_size) for n in seq_lens]
-        kv_indptr = [0]
-        for n in num_pages:
-            kv_indptr.append(kv_indptr[-1] + n)
-        qo_indptr = [0]
-        for req in reqs:
-            qo_indptr.append(qo_indptr[-1] + req.extend_len)
-        last_page_len = [n - (p - 1) * self.page_size for n, p in zip(seq_lens, num_pages)]
-        real_pages = kv_indptr[-1]
-        num_pad = max(0, pad_to - size)
-        kv_indptr += [real_pages + i + 1 for i in range(num_pad)]
-        qo_indptr += [qo_indptr[-1] + i + 1 for i in range(num_pad)]
-        last_page_len += [1] * num_pad
-        packed = torch.tensor(
-            [req.table_idx for req in reqs] + num_pages + kv_indptr + qo_indptr + last_page_len,
+        size = batch.size
+        lists = page_lists(
+            [req.device_len for req in batch.reqs],
+            [req.extend_len for req in batch.reqs],
+            self.page_size,
+        )
+        real_pages = lists.kv_indptr[-1]
+        if pad_to:
+            lists = pad_page_lists(lists, pad_to)
+        n_all = len(lists.num_pages)
+        host = torch.tensor(
+            [req.table_idx for req in batch.reqs]
+            + lists.num_pages[:size]
+            + lists.kv_indptr
+            + lists.qo_indptr
+            + lists.last_page_len,
             dtype=torch.int32,
-            pin_memory=True,
+            pin_memory=self.device.type == "cuda",  # so the copy below does not wait
         )
-        n_all = size + num_pad
-        host = dict(
-            zip(
-                ("rows", "num_pages", "kv_indptr", "qo_indptr", "last_page_len"),
-                packed.split([size, size, n_all + 1, n_all + 1, n_all]),
-            )
+        kv_indptr, qo_indptr, last_page_len = host[2 * size :].split([n_all + 1, n_all + 1, n_all])
+        on_device = host.to(self.device, non_blocking=True)
+        dev_rows, dev_pages, dev_indptr, dev_qo = on_device.split(
+            [size, size, n_all + 1, n_all + 1 + n_all]
         )
-        on_device = packed.to(self.device, non_blocking=True)
-        rows, pages, indptr = on_device[:size], on_device[size : 2 * size], on_device[2 * size :]
         kv_indices = gather_page_indices(
-            self.page_table, rows.long(), pages, indptr[: size + 1], real_pages, self.page_size
+            self.page_table,
+            dev_rows.long(),
+            dev_pages,
+            dev_indptr[: size + 1],
+            real_pages,
+            self.page_size,
         )
-        if num_pad:
-            pad = torch.full((num_pad,), pad_page, dtype=torch.int32, device=self.device)
+        if n_all > size:
+            pad = torch.full((n_all - size,), pad_page, dtype=torch.int32, device=self.device)
             kv_indices = torch.cat([kv_indices, pad])
-        qo_start = 2 * size + n_all + 1
-        last_indices = on_device[qo_start + 1 : qo_start + 1 + size].long() - 1
-        return kv_indices, host | {"last_indices": last_indices}
+        last_indices = dev_qo[1 : size + 1].long() - 1
+        return DescribedBatch(kv_indices, kv_indptr, qo_indptr, last_page_len, last_indices)
 
     def _plan_common(self) -> dict[str, Any]:
         return dict(
@@ -159,52 +219,67 @@ class FlashInferBackend(BaseAttnBackend):
             non_blocking=True,
         )
 
-    def _plan_decode(
-        self, wrapper: Any, kv_indices: torch.Tensor, host: dict[str, torch.Tensor]
-    ) -> None:
+    def plan_decode(self, wrapper: Any, described: DescribedBatch) -> None:
+        """Plan a decode wrapper (the eager one or a graph's) for a described batch."""
         wrapper.plan(
-            host["kv_indptr"],
-            kv_indices,
-            host["last_page_len"],
+            described.kv_indptr,
+            described.kv_indices,
+            described.last_page_len,
             head_dim=self.head_dim,
             **self._plan_common(),
         )
 
+    def plan_prefill(self, described: DescribedBatch) -> None:
+        """Plan the prefill wrapper, causal: query i of a request sees keys up to position
+        cached_len + i (FlashInfer aligns each request's queries to the end of its keys)."""
+        self.prefill_wrapper.plan(
+            described.qo_indptr,
+            described.kv_indptr,
+            described.kv_indices,
+            described.last_page_len,
+            head_dim_qk=self.head_dim,
+            causal=True,
+            **self._plan_common(),
+        )
+
     def prepare_metadata(self, batch: Batch) -> None:
-        """Describe the batch and plan the prefill or decode wrapper: once per batch."""
-        kv_indices, host = self._describe(batch)
+        """Describe the batch and plan the prefill or the decode wrapper: once per batch.
+
+        Call self.describe(batch) once, then plan_decode(self.decode_wrapper, ...) for a decode
+        batch or plan_prefill(...) for a prefill one, and store FlashInferMetadata(last_indices,
+        the planned wrapper) in batch.attn_metadata: every layer's forward runs that wrapper.
+        """
+        described = self.describe(batch)
         if batch.is_decode:
             wrapper = self.decode_wrapper
-            self._plan_decode(wrapper, kv_indices, host)
+            self.plan_decode(wrapper, described)
         else:
             wrapper = self.prefill_wrapper
-            # causal: query i of a request sees keys up to position cached_len + i.
-            wrapper.plan(
-                host["qo_indptr"],
-                host["kv_indptr"],
-                kv_indices,
-                host["last_page_len"],
-                head_dim_qk=self.head_dim,
-                causal=True,
-                **self._plan_common(),
-            )
-        batch.attn_metadata = FlashInferMetadata(last_indices=host["last_indices"], wrapper=wrapper)
+            self.plan_prefill(described)
+        batch.attn_metadata = FlashInferMetadata(
+            last_indices=described.last_indices, wrapper=wrapper
+        )
 
     # ----- the attention --------------------------------------------------------------------
 
-    def _paged(self, cache: torch.Tensor) -> torch.Tensor:
+    def paged(self, cache: torch.Tensor) -> torch.Tensor:
         """[slots, kv_heads, head_dim] -> [pages, page_size, kv_heads, head_dim] (a view)."""
         return cache.view(-1, self.page_size, *cache.shape[1:])
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer_id: int, batch: Batch
     ) -> torch.Tensor:
-        """Store k, v at out_loc, then run the planned kernel over the paged KV pool."""
+        """Store k, v at out_loc, then run the planned wrapper over the paged KV pool.
+
+        Store first (the new tokens attend to themselves), then call the wrapper planned in
+        prepare_metadata: wrapper.run(q, (paged k cache, paged v cache)) of this layer, with q
+        contiguous. Never plan here: the plan is the same for every layer.
+        """
         self.kv_cache.store_kv(k, v, batch.out_loc, layer_id)
         meta: FlashInferMetadata = batch.attn_metadata
         paged_kv = (
-            self._paged(self.kv_cache.k_cache(layer_id)),
-            self._paged(self.kv_cache.v_cache(layer_id)),
+            self.paged(self.kv_cache.k_cache(layer_id)),
+            self.paged(self.kv_cache.v_cache(layer_id)),
         )
         return meta.wrapper.run(q.contiguous(), paged_kv)
 
@@ -221,21 +296,16 @@ class FlashInferBackend(BaseAttnBackend):
         # A graph computes logits for all its rows: every row is a last token.
         self._graph_rows = torch.arange(max_batch_size, device=self.device)
 
-    def prepare_for_graph(self, batch: Batch, graph_batch_size: int, pad_page: int) -> None:
-        """Plan the decode wrapper of the graph captured for `graph_batch_size` rows.
-
-        Planning writes into the fixed buffers, so the next replay reads this batch; rows
-        past batch.size are padding, one page (`pad_page`) each.
-        """
-        import flashinfer
-
+    def _graph_wrapper(self, graph_batch_size: int) -> Any:
+        """The decode wrapper of the graph of `graph_batch_size` rows, over the fixed buffers
+        (created on first use: during capture)."""
         if self._graph_buffers is None:
             raise RuntimeError("call init_cuda_graph before preparing a graph batch")
         wrapper = self._graph_wrappers.get(graph_batch_size)
         if wrapper is None:
             indptr, indices, last_page_len = self._graph_buffers
             wrapper = self._graph_wrappers[graph_batch_size] = (
-                flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+                self.wrappers.BatchDecodeWithPagedKVCacheWrapper(
                     self.workspace,
                     kv_layout="NHD",
                     use_cuda_graph=True,
@@ -245,9 +315,19 @@ class FlashInferBackend(BaseAttnBackend):
                     paged_kv_last_page_len_buffer=last_page_len[:graph_batch_size],
                 )
             )
-        kv_indices, host = self._describe(batch, pad_to=graph_batch_size, pad_page=pad_page)
-        self._plan_decode(wrapper, kv_indices, host)
-        # A fixed tensor, since the captured LM head reads it on every replay.
+        return wrapper
+
+    def prepare_for_graph(self, batch: Batch, graph_batch_size: int, pad_page: int) -> None:
+        """Plan the decode wrapper of the graph captured for `graph_batch_size` rows.
+
+        Describe the batch padded to graph_batch_size rows (padding reads pad_page), and plan
+        self._graph_wrapper(graph_batch_size): planning writes into the fixed buffers, so the
+        next replay reads this batch. The metadata's last_indices must be a fixed tensor too,
+        self._graph_rows[:graph_batch_size], since the captured LM head reads it every replay.
+        """
+        wrapper = self._graph_wrapper(graph_batch_size)
+        described = self.describe(batch, pad_to=graph_batch_size, pad_page=pad_page)
+        self.plan_decode(wrapper, described)
         batch.attn_metadata = FlashInferMetadata(
             last_indices=self._graph_rows[:graph_batch_size], wrapper=wrapper
         )

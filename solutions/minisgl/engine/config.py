@@ -24,12 +24,15 @@ class EngineConfig:
     cuda_graph_max_bs: int | None = None  # decode CUDA graphs up to this batch; None: auto, 0: off
     seed: int = 0  # seeds the sampler's random generator
     show_progress: bool = True  # progress bar while loading weights
+    tp_size: int = 1  # tensor-parallel ranks, one process each (chapter 16)
 
     def __post_init__(self) -> None:
         if self.page_size < 1:
             raise ConfigError(f"page_size must be >= 1, got {self.page_size}")
         if self.max_running_req < 1:
             raise ConfigError(f"max_running_req must be >= 1, got {self.max_running_req}")
+        if self.tp_size < 1:
+            raise ConfigError(f"tp_size must be >= 1, got {self.tp_size}")
         if self.cuda_graph_max_bs is not None and self.cuda_graph_max_bs < 0:
             raise ConfigError(f"cuda_graph_max_bs must be >= 0, got {self.cuda_graph_max_bs}")
 

@@ -18,23 +18,30 @@ from minisgl.engine.config import EngineConfig
 from minisgl.engine.sample import BatchSamplingArgs, Sampler
 from minisgl.kvcache import BaseKVCachePool, MHAKVCache
 from minisgl.models import ModelConfig, create_model, load_weights
-from minisgl.utils import InvalidRequestError, RequestTooLongError, UnsupportedModelError, div_ceil
+from minisgl.utils import (
+    ConfigError,
+    InvalidRequestError,
+    RequestTooLongError,
+    UnsupportedModelError,
+    div_ceil,
+)
 
 if TYPE_CHECKING:
     from minisgl.engine.graph import GraphRunner
 
 
-def _flashinfer_backend(engine: Engine) -> BaseAttnBackend:
+def _flashinfer_backend(engine: Engine, wrappers: object = None) -> BaseAttnBackend:
+    """FlashInfer's backend; `wrappers` replaces the flashinfer module (the CPU tests' stand-in)."""
     from minisgl.attention.fi import FlashInferBackend  # needs flashinfer: imported on demand
 
-    c = engine.model_config
     return FlashInferBackend(
         engine.kv_cache,
         engine.page_table,
         engine.page_size,
-        c.num_heads,
-        c.num_kv_heads,
-        c.head_dim,
+        engine.num_heads,
+        engine.num_kv_heads,
+        engine.model_config.head_dim,
+        wrappers,
     )
 
 
@@ -58,6 +65,7 @@ def resolve_attention_backend(
         and dtype in (torch.float16, torch.bfloat16)
         and head_dim in FLASHINFER_HEAD_DIMS
         and importlib.util.find_spec("flashinfer") is not None
+        and importlib.util.find_spec("minisgl.attention.fi") is not None  # chapter 17 on
     )
     return "flashinfer" if usable else "torch"
 
@@ -85,6 +93,7 @@ class Engine:
                 f"attention backend {config.attention_backend!r} is not available "
                 f"(choose from: auto, {', '.join(ATTENTION_BACKENDS)})"
             )
+        self.num_heads, self.num_kv_heads = self._local_heads()
         self.model = create_model(self.model_config, self.device, self.dtype)
         load_weights(self.model, config.model_path, progress=config.show_progress)
 
@@ -98,7 +107,7 @@ class Engine:
         self.kv_cache: BaseKVCachePool = MHAKVCache(
             (self.num_pages + spare_pages) * self.page_size,
             self.model_config.num_layers,
-            self.model_config.num_kv_heads,
+            self.num_kv_heads,
             self.model_config.head_dim,
             self.dtype,
             self.device,
@@ -112,31 +121,53 @@ class Engine:
         self.attn_backend = ATTENTION_BACKENDS[self.backend_name](self)
         self.ctx = Context(self.page_size, self.kv_cache, self.page_table, self.attn_backend)
         self.sampler = Sampler(self.device, self.model_config.vocab_size, config.seed)
-        self.graph_runner: GraphRunner | None = None
-        if graph_max_bs:
-            from minisgl.engine.graph import GraphAttnBackend, GraphRunner
-
-            backend = cast("GraphAttnBackend", self.attn_backend)  # FlashInfer's, see above
-            self.graph_runner = GraphRunner(
-                self.model, self.ctx, backend, graph_max_bs, pad_page=self.num_pages
-            )
-            self.graph_runner.capture()
+        self.graph_runner = self._capture_graphs(graph_max_bs) if graph_max_bs else None
 
     @property
     def kv_bytes_per_token(self) -> int:
         c = self.model_config
-        return 2 * c.num_layers * c.num_kv_heads * c.head_dim * self.dtype.itemsize
+        return 2 * c.num_layers * self.num_kv_heads * c.head_dim * self.dtype.itemsize
+
+    def _local_heads(self) -> tuple[int, int]:
+        """(query heads, KV heads) this process computes and caches: all of them, unless the
+        model is split over tensor-parallel ranks (chapter 16), each with its own heads."""
+        c = self.model_config
+        if self.config.tp_size == 1:
+            return c.num_heads, c.num_kv_heads
+        from minisgl.distributed import get_tp_info, head_shard
+
+        tp = get_tp_info()
+        if tp.size != self.config.tp_size:
+            raise ConfigError(
+                f"tp_size={self.config.tp_size} needs one process per rank: start the engine "
+                f"with LLM(..., tp_size={self.config.tp_size}) or python -m minisgl --tp "
+                f"{self.config.tp_size}"
+            )
+        heads = head_shard(c.num_heads, c.num_kv_heads, tp)
+        return heads.num_heads, heads.num_kv_heads
 
     def _graph_max_batch_size(self) -> int:
         """Largest decode batch replayed from a CUDA graph; 0 when graphs are off.
 
-        Graphs need a GPU and a backend that can plan into fixed buffers (FlashInfer)."""
+        Graphs need a GPU, a backend that can plan into fixed buffers (FlashInfer), and
+        chapter 18's graph.py."""
         if self.device.type != "cuda" or self.backend_name != "flashinfer":
+            return 0
+        if importlib.util.find_spec("minisgl.engine.graph") is None:
             return 0
         wanted = self.config.cuda_graph_max_bs
         if wanted is None:
             wanted = MAX_GRAPH_BATCH_SIZE
         return min(wanted, self.config.max_running_req)
+
+    def _capture_graphs(self, max_batch_size: int) -> GraphRunner:
+        """Capture the decode graphs of chapter 18; padding rows use the spare page."""
+        from minisgl.engine.graph import GraphAttnBackend, GraphRunner
+
+        backend = cast("GraphAttnBackend", self.attn_backend)  # FlashInfer's, see above
+        runner = GraphRunner(self.model, self.ctx, backend, max_batch_size, self.num_pages)
+        runner.capture()
+        return runner
 
     def _pages_that_fit(self) -> int:
         """How many KV pages the budget holds (free GPU memory share, or kv_cache_gib on CPU)."""
@@ -173,9 +204,17 @@ class Engine:
     def prepare_batch(self, batch: Batch) -> None:
         """Compute the attention metadata of a batch whose inputs are filled in."""
         if self.graph_runner is not None and self.graph_runner.can_run(batch):
-            self.graph_runner.prepare(batch)
+            self.graph_runner.prepare(batch)  # chapter 18: plan the graph's fixed buffers
         else:
             self.attn_backend.prepare_metadata(batch)
+
+    def run_model(self, batch: Batch) -> torch.Tensor:
+        """The logits of a prepared batch, one row per request: the model's forward with the
+        batch active in the context, or the replay of a captured decode graph (chapter 18)."""
+        if self.graph_runner is not None and self.graph_runner.can_run(batch):
+            return self.graph_runner.replay(batch)
+        with self.ctx.forward_batch(batch):
+            return self.model()
 
     @torch.inference_mode()
     def forward_batch(self, batch: Batch, sample_args: BatchSamplingArgs) -> ForwardOutput:
@@ -183,13 +222,10 @@ class Engine:
 
         The copy of the tokens to the host is queued right behind the sampling, and an event
         marks its end: whoever reads next_tokens_cpu waits on that event, not on the device,
-        so on a GPU the CPU can prepare the next batch while this one runs.
+        so on a GPU the CPU can prepare the next batch while this one runs. The logits come
+        from self.run_model(batch) (given).
         """
-        if self.graph_runner is not None and self.graph_runner.can_run(batch):
-            logits = self.graph_runner.replay(batch)
-        else:
-            with self.ctx.forward_batch(batch):
-                logits = self.model()
+        logits = self.run_model(batch)
         next_tokens = self.sampler.sample(logits, sample_args).to(torch.int32)
         if self.device.type == "cpu":
             return ForwardOutput(next_tokens, next_tokens, None)

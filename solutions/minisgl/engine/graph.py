@@ -10,12 +10,17 @@ What changes between replays must live in the captured tensors: before each repl
 batch's token ids, positions and KV slots into the fixed input buffers, and the attention
 backend writes the batch's page lists into its fixed buffers (`prepare_for_graph`). Padding rows
 store their K/V into a spare page that no request owns, and their logits are ignored.
+
+The graph itself is a `DeviceGraph`: `CudaGraph` on a GPU. The CPU tests put a stand-in in
+`GraphRunner.graph_type` whose replay re-runs the recorded forward on the same fixed tensors,
+which is all a replay can see.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Protocol
+from functools import partial
+from typing import Callable, Protocol
 
 import torch
 from torch import nn
@@ -31,8 +36,61 @@ class GraphAttnBackend(Protocol):
     def prepare_for_graph(self, batch: Batch, graph_batch_size: int, pad_page: int) -> None: ...
 
 
+class DeviceGraph(Protocol):
+    """A recorded forward: captured once, replayed on the tensors it was captured with."""
+
+    def capture(self, forward: Callable[[], torch.Tensor], pool: object) -> torch.Tensor:
+        """Record forward(), allocating from `pool`; returns its output, rewritten per replay."""
+        ...
+
+    def replay(self) -> None: ...
+
+    @staticmethod
+    def new_pool() -> object:
+        """A memory pool graphs can share (one graph runs at a time)."""
+        ...
+
+    @staticmethod
+    def memory_in_use() -> int:
+        """Bytes of device memory in use, after the device finished its queued work."""
+        ...
+
+
+class CudaGraph:
+    """torch.cuda.CUDAGraph, warmed up on a side stream before it records."""
+
+    def __init__(self) -> None:
+        self.graph = torch.cuda.CUDAGraph()
+
+    def capture(self, forward: Callable[[], torch.Tensor], pool: object) -> torch.Tensor:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # warm up: lazy initialisation stays out of the graph
+            forward()
+        with torch.cuda.graph(self.graph, pool=pool, stream=stream):
+            return forward()
+
+    def replay(self) -> None:
+        self.graph.replay()
+
+    @staticmethod
+    def new_pool() -> object:
+        return torch.cuda.graph_pool_handle()
+
+    @staticmethod
+    def memory_in_use() -> int:
+        torch.cuda.synchronize()
+        free, total = torch.cuda.mem_get_info()
+        return total - free
+
+
 def graph_batch_sizes(max_batch_size: int) -> list[int]:
-    """The batch sizes to capture: 1, 2, 4, then every multiple of 8, up to max_batch_size."""
+    """The batch sizes to capture: 1, 2, 4, then every multiple of 8, up to max_batch_size.
+
+    Sorted, without duplicates, all <= max_batch_size, and max_batch_size itself always in:
+    every batch of 1..max_batch_size rows then has a graph at most 7 rows larger (at most
+    twice its size below 8).
+    """
     sizes = [n for n in (1, 2, 4) if n < max_batch_size]
     sizes += list(range(8, max_batch_size, 8)) + [max_batch_size]
     return sorted(set(sizes))
@@ -40,6 +98,8 @@ def graph_batch_sizes(max_batch_size: int) -> list[int]:
 
 class GraphRunner:
     """Captures the decode forward at each graph batch size, and replays it for a batch."""
+
+    graph_type: type[DeviceGraph] = CudaGraph
 
     def __init__(
         self,
@@ -61,47 +121,49 @@ class GraphRunner:
         self.out_loc = torch.full(
             (max_batch_size,), self.pad_slot, dtype=ctx.page_table.dtype, device=device
         )
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.graphs: dict[int, DeviceGraph] = {}
         self.logits: dict[int, torch.Tensor] = {}  # each graph's output, overwritten per replay
         self.capture_seconds = 0.0
         self.capture_bytes = 0
         backend.init_cuda_graph(self.max_batch_size)
 
-    def _graph_batch(self, size: int, attn_metadata: object) -> Batch:
-        """A decode batch of `size` rows over the fixed inputs, to capture with."""
+    def _forward(self, size: int, attn_metadata: object) -> torch.Tensor:
+        """One decode forward of `size` rows over the fixed inputs: what a graph records."""
         batch = Batch([], "decode")
+        # Fresh views at every call: the rotary layer caches cos/sin per positions *object*,
+        # and must look them up inside the graph, not reuse the warm-up run's values.
         batch.input_ids, batch.out_loc = self.input_ids[:size], self.out_loc[:size]
-        # A fresh view each time: the rotary layer caches cos/sin per positions *object*, and
-        # must compute them inside the graph, not reuse values from the warm-up run.
         batch.positions = self.positions[:size]
         batch.attn_metadata = attn_metadata
-        return batch
+        with self.ctx.forward_batch(batch):
+            return self.model()
 
     @torch.inference_mode()
     def capture(self) -> None:
-        """Capture every graph, largest first, all sharing one memory pool."""
-        start, free_before = time.perf_counter(), torch.cuda.mem_get_info()[0]
-        stream = torch.cuda.Stream()
-        pool = torch.cuda.graph_pool_handle()
+        """Capture every graph, largest first, all sharing one memory pool.
+
+        For each size: plan the backend for an all-padding batch of that size first
+        (prepare_for_graph on Batch([], "decode"): planning runs on the host, and the graph may
+        only read its results in the fixed buffers), then graph = self.graph_type() and
+        self.logits[size] = graph.capture(forward of that size, pool). Largest first, so the
+        smaller graphs reuse the pool's blocks. Record capture_seconds and capture_bytes
+        (graph_type.memory_in_use() before and after).
+        """
+        start, used_before = time.perf_counter(), self.graph_type.memory_in_use()
+        pool = self.graph_type.new_pool()
         for size in reversed(self.batch_sizes):
-            # Plan before capturing: planning runs on the host, and only its results (in the
-            # backend's fixed buffers) may be read by the graph. All rows are padding here.
             planned = Batch([], "decode")
             self.backend.prepare_for_graph(planned, size, self.pad_page)
-            graph = torch.cuda.CUDAGraph()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):  # warm up: lazy initialisation stays out of the graph
-                with self.ctx.forward_batch(self._graph_batch(size, planned.attn_metadata)):
-                    self.model()
-            with torch.cuda.graph(graph, pool=pool, stream=stream):
-                with self.ctx.forward_batch(self._graph_batch(size, planned.attn_metadata)):
-                    self.logits[size] = self.model()
+            graph = self.graph_type()
+            self.logits[size] = graph.capture(
+                partial(self._forward, size, planned.attn_metadata), pool
+            )
             self.graphs[size] = graph
-        torch.cuda.synchronize()
+        self.capture_bytes = self.graph_type.memory_in_use() - used_before
         self.capture_seconds = time.perf_counter() - start
-        self.capture_bytes = free_before - torch.cuda.mem_get_info()[0]
 
     def can_run(self, batch: Batch) -> bool:
+        """True for a decode batch no larger than the largest graph: prefills run eagerly."""
         return batch.is_decode and batch.size <= self.max_batch_size
 
     def graph_size(self, batch_size: int) -> int:
@@ -113,7 +175,13 @@ class GraphRunner:
         self.backend.prepare_for_graph(batch, self.graph_size(batch.size), self.pad_page)
 
     def replay(self, batch: Batch) -> torch.Tensor:
-        """Copy the batch into the fixed inputs, replay its graph; logits [batch size, vocab]."""
+        """Copy the batch into the fixed inputs, replay its graph; logits [batch size, vocab].
+
+        Copy input_ids, positions and out_loc into the first batch.size rows of the fixed
+        buffers (copy_, never a new tensor: the graph reads these very tensors), point the
+        padding rows' out_loc up to the graph's size at self.pad_slot, replay the graph of
+        graph_size(batch.size), and return the first batch.size rows of its logits.
+        """
         size, graph_size = batch.size, self.graph_size(batch.size)
         self.input_ids[:size].copy_(batch.input_ids)
         self.positions[:size].copy_(batch.positions)

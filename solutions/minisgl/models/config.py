@@ -2,16 +2,49 @@
 
 Llama, Qwen2 and Qwen3 share one decoder; they differ in a few switches, which this module
 derives from the architecture name so the decoder code never asks "which model am I?".
+A mixture-of-experts model (Qwen3-MoE) is the same decoder with some MLPs replaced by experts:
+`MoeConfig` says which layers and how many experts.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from minisgl.utils import ModelNotFoundError
+
+
+@dataclass(frozen=True)
+class MoeConfig:
+    """The mixture-of-experts block of the layers in `sparse_layers` (the others stay dense)."""
+
+    num_experts: int
+    top_k: int  # experts each token is sent to
+    intermediate_size: int  # of each expert's gated MLP
+    renormalize: bool  # rescale the top-k router probabilities to sum to 1 (norm_topk_prob)
+    sparse_layers: tuple[int, ...]
+
+    @classmethod
+    def from_hf(cls, hf: dict[str, Any]) -> MoeConfig | None:
+        """The MoE settings of a config.json dict; None for a dense model."""
+        num_experts = hf.get("num_experts", hf.get("num_local_experts", 0))
+        if not num_experts:
+            return None
+        # Qwen3-MoE's rule: layer i is sparse unless listed in mlp_only_layers, and only every
+        # decoder_sparse_step-th layer is (step 1: all of them).
+        dense = set(hf.get("mlp_only_layers", []))
+        step = hf.get("decoder_sparse_step", 1)
+        return cls(
+            num_experts=num_experts,
+            top_k=hf["num_experts_per_tok"],
+            intermediate_size=hf["moe_intermediate_size"],
+            renormalize=bool(hf.get("norm_topk_prob", False)),
+            sparse_layers=tuple(
+                i for i in range(hf["num_hidden_layers"]) if i not in dense and (i + 1) % step == 0
+            ),
+        )
 
 
 @dataclass(frozen=True)
@@ -33,6 +66,7 @@ class ModelConfig:
     o_bias: bool  # Llama with attention_bias: bias on the output projection too
     qk_norm: bool  # Qwen3: RMSNorm on each head of q and k before RoPE
     eos_token_ids: tuple[int, ...]
+    moe: MoeConfig | None = None  # None: every MLP is dense
 
     @classmethod
     def from_dir(cls, model_dir: str | Path) -> ModelConfig:
@@ -46,7 +80,9 @@ class ModelConfig:
             raise ModelNotFoundError(
                 f"{path} is missing: is {model_dir} a Hugging Face model directory?"
             )
-        return cls.from_hf(json.loads(path.read_text()))
+        hf = json.loads(path.read_text())
+        # The expert settings sit beside the decoder's shape, read by their own parser.
+        return replace(cls.from_hf(hf), moe=MoeConfig.from_hf(hf))
 
     @classmethod
     def from_hf(cls, hf: dict[str, Any]) -> ModelConfig:

@@ -10,7 +10,10 @@ projections are merged (qkv_proj, gate_up_proj): `WEIGHT_NAME_MAP` says how name
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from minisgl.core import get_global_ctx
@@ -25,22 +28,46 @@ from minisgl.layers import (
 )
 from minisgl.models.config import ModelConfig
 
+if TYPE_CHECKING:
+    from minisgl.distributed import TPInfo
+
+
+def tensor_parallel() -> TPInfo | None:
+    """This process's rank when the model is split over several processes, else None.
+
+    Chapter 16 runs one process per rank, all in one torch.distributed group; each builds
+    only its slice of the model (the sharded layers of `minisgl.models.parallel`).
+    """
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return None
+    from minisgl.distributed import get_tp_info
+
+    return get_tp_info()
+
 
 class LlamaAttention(nn.Module):
     def __init__(self, config: ModelConfig, layer_id: int, rotary: RotaryEmbedding) -> None:
         super().__init__()
-        q_size = config.num_heads * config.head_dim
-        kv_size = config.num_kv_heads * config.head_dim
-        self.qkv_proj = Linear(config.hidden_size, [q_size, kv_size, kv_size], config.qkv_bias)
+        tp = tensor_parallel()
+        if tp is None:
+            num_heads, num_kv_heads = config.num_heads, config.num_kv_heads
+            q_size = num_heads * config.head_dim
+            kv_size = num_kv_heads * config.head_dim
+            self.qkv_proj = Linear(config.hidden_size, [q_size, kv_size, kv_size], config.qkv_bias)
+            self.o_proj = Linear(q_size, [config.hidden_size], config.o_bias)
+        else:  # this rank's heads: their rows of q, k and v, their columns of o
+            from minisgl.models.parallel import sharded_attention
+
+            heads, self.qkv_proj, self.o_proj = sharded_attention(config, tp)
+            num_heads, num_kv_heads = heads.num_heads, heads.num_kv_heads
         self.attn = AttentionLayer(
             layer_id,
-            config.num_heads,
-            config.num_kv_heads,
+            num_heads,
+            num_kv_heads,
             config.head_dim,
             rotary,
             config.rms_norm_eps if config.qk_norm else None,
         )
-        self.o_proj = Linear(q_size, [config.hidden_size], config.o_bias)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """qkv projection, attention over the KV cache, output projection."""
@@ -50,13 +77,31 @@ class LlamaAttention(nn.Module):
 class LlamaMLP(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        size = config.intermediate_size
-        self.gate_up_proj = Linear(config.hidden_size, [size, size])
-        self.down_proj = Linear(size, [config.hidden_size])
+        tp = tensor_parallel()
+        if tp is None:
+            size = config.intermediate_size
+            self.gate_up_proj = Linear(config.hidden_size, [size, size])
+            self.down_proj = Linear(size, [config.hidden_size])
+        else:  # a block of the intermediate dimension: rows of gate and up, columns of down
+            from minisgl.models.parallel import sharded_mlp
+
+            self.gate_up_proj, self.down_proj = sharded_mlp(config, tp)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """down_proj(SiLU(gate) * up), with gate and up from one merged projection."""
         return self.down_proj(silu_and_mul(self.gate_up_proj(hidden)))
+
+
+def create_mlp(config: ModelConfig, layer_id: int) -> nn.Module:
+    """The layer's gated MLP, or for a sparse layer of a MoE model the experts (chapter 20)."""
+    moe = config.moe
+    if moe is None or layer_id not in moe.sparse_layers:
+        return LlamaMLP(config)
+    from minisgl.layers.moe import SparseMoeBlock  # only MoE models need it
+
+    return SparseMoeBlock(
+        config.hidden_size, moe.num_experts, moe.top_k, moe.intermediate_size, moe.renormalize
+    )
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -65,7 +110,7 @@ class LlamaDecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.self_attn = LlamaAttention(config, layer_id, rotary)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.mlp = LlamaMLP(config)
+        self.mlp = create_mlp(config, layer_id)
 
     def forward(
         self, hidden: torch.Tensor, residual: torch.Tensor | None
@@ -86,7 +131,13 @@ class LlamaDecoderLayer(nn.Module):
 class LlamaModel(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.embed_tokens = VocabEmbedding(config.vocab_size, config.hidden_size)
+        tp = tensor_parallel()
+        if tp is None:
+            self.embed_tokens = VocabEmbedding(config.vocab_size, config.hidden_size)
+        else:  # a block of the vocabulary
+            from minisgl.layers.parallel import VocabParallelEmbedding
+
+            self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size, tp)
         rotary = RotaryEmbedding(
             config.head_dim, config.rope_theta, config.max_position_embeddings, config.rope_scaling
         )
@@ -123,7 +174,13 @@ class LlamaForCausalLM(nn.Module):
         self.config = config
         self.model = LlamaModel(config)
         tied_to = self.model.embed_tokens if config.tie_word_embeddings else None
-        self.lm_head = LMHead(config.vocab_size, config.hidden_size, tied_to)
+        tp = tensor_parallel()
+        if tp is None:
+            self.lm_head = LMHead(config.vocab_size, config.hidden_size, tied_to)
+        else:  # the logits of the same vocabulary block as the embedding
+            from minisgl.layers.parallel import ParallelLMHead
+
+            self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size, tp, tied_to)
 
     def forward(self) -> torch.Tensor:
         """Logits [batch size, vocab] for the last token of each request in the batch."""

@@ -2,11 +2,14 @@
 
 Streaming matters: reading the whole state dict first would need the model's size again in
 memory. `safe_open` maps the file and hands us one tensor at a time, which we copy into place.
+A tensor is handed over unread (`get_slice`): a tensor-parallel layer (chapter 16) reads only
+its rank's rows or columns of it, everyone else reads it whole.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
@@ -59,7 +62,7 @@ def load_weights(model: nn.Module, model_dir: str | Path, progress: bool = True)
                             f"checkpoint tensor {key!r} has no place in the model "
                             f"{type(model).__name__}"
                         )
-                    _copy_into(model, name, shard, f.get_tensor(key), key)
+                    _copy_into(model, name, shard, f.get_slice(key), key)
                     loaded.add((name, shard))
     missing = sorted(
         f"{name}[shard {shard}]" if shard is not None else name for name, shard in expected - loaded
@@ -74,12 +77,15 @@ def _shards(model: nn.Module, param_name: str) -> list[int | None]:
     return list(range(len(sizes))) if len(sizes) > 1 else [None]
 
 
-def _copy_into(
-    model: nn.Module, name: str, shard: int | None, tensor: torch.Tensor, key: str
-) -> None:
+def _copy_into(model: nn.Module, name: str, shard: int | None, checkpoint: Any, key: str) -> None:
+    """Copy a checkpoint tensor (a safetensors slice, not read yet, or a tensor) into place."""
     module_name, _, param_name = name.rpartition(".")
     module = model.get_submodule(module_name)
     try:
+        if hasattr(module, "load_slice"):  # a tensor-parallel layer reads its part only
+            module.load_slice(param_name, shard, checkpoint)
+            return
+        tensor = checkpoint[:]
         if shard is not None:
             module.load_shard(param_name, shard, tensor)
         else:

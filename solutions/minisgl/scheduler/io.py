@@ -35,15 +35,17 @@ class SchedulerIO:
 
     def __init__(
         self,
-        inbox_address: str,
-        outbox_address: str,
+        inbox_address: str | None,
+        outbox_address: str | None,
         rank: int = 0,
         group: dist.ProcessGroup | None = None,
     ) -> None:
+        """Rank 0 opens the sockets at the given addresses (None: no socket, as for the
+        offline `LLM`'s rank 0, which broadcasts its own messages)."""
         self.rank = rank
         self.group = group  # None: no process group, this rank is alone
-        self.inbox = PullQueue(inbox_address) if rank == 0 else None
-        self.outbox = PushQueue(outbox_address) if rank == 0 else None
+        self.inbox = PullQueue(inbox_address) if rank == 0 and inbox_address else None
+        self.outbox = PushQueue(outbox_address) if rank == 0 and outbox_address else None
 
     def receive_msgs(self, block: bool) -> list[object]:
         """This iteration's messages, the same on every rank.
@@ -136,7 +138,12 @@ def run_scheduler(
 
     `ready` (a multiprocessing connection, or None) is sent the rank once the model is loaded.
     """
-    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size)
+    if world_size > 1:  # tensor parallel: the group carries the model's collectives too
+        from minisgl.distributed import init_tp_group
+
+        init_tp_group(rank, world_size, init_method, config.resolved_device)
+    else:
+        dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size)
     io = SchedulerIO(inbox_address, outbox_address, rank, dist.group.WORLD)
     try:
         scheduler = Scheduler(config)

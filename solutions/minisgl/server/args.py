@@ -26,12 +26,15 @@ class ServerArgs:
     max_seq_len: int | None = None
     cache_type: str = "radix"
     max_body_bytes: int = MAX_BODY_BYTES
+    tp_size: int = 1  # tensor-parallel ranks: one scheduler process each (chapter 16)
 
     def __post_init__(self) -> None:
         if not (Path(self.model_path) / "config.json").is_file():
             raise ModelNotFoundError(f"no model at {self.model_path} (it has no config.json)")
         if not 0 <= self.port < 65536:
             raise ConfigError(f"port must be in [0, 65535], got {self.port}")
+        if self.tp_size < 1:
+            raise ConfigError(f"--tp must be >= 1, got {self.tp_size}")
 
     @property
     def model_name(self) -> str:
@@ -48,6 +51,7 @@ class ServerArgs:
             max_seq_len=self.max_seq_len,
             cache_type=self.cache_type,
             show_progress=False,
+            tp_size=self.tp_size,
         )
 
 
@@ -67,4 +71,7 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
     parser.add_argument("--kv-cache-gib", type=float, default=ServerArgs.kv_cache_gib)
     parser.add_argument("--max-seq-len", type=int, default=None)
     parser.add_argument("--cache-type", choices=["radix", "naive"], default=ServerArgs.cache_type)
+    parser.add_argument(
+        "--tp", dest="tp_size", type=int, default=ServerArgs.tp_size, help="tensor-parallel ranks"
+    )
     return ServerArgs(**vars(parser.parse_args(argv)))

@@ -13,7 +13,7 @@ MODEL_REGISTRY: dict[str, type[nn.Module]] = {
     "LlamaForCausalLM": LlamaForCausalLM,
     "Qwen2ForCausalLM": LlamaForCausalLM,
     "Qwen3ForCausalLM": LlamaForCausalLM,
-}
+}  # models/qwen3_moe.py adds Qwen3MoeForCausalLM (chapter 20)
 
 
 def create_model(config: ModelConfig, device: torch.device, dtype: torch.dtype) -> nn.Module:

@@ -23,8 +23,17 @@ from minisgl.utils import InvalidRequestError
 
 class LLM:
     def __init__(self, model_path: str, **config: Any) -> None:
-        """`config` takes any SchedulerConfig field, e.g. cache_type="naive", page_size=16."""
-        self.scheduler = Scheduler(SchedulerConfig(model_path, **config))
+        """`config` takes any SchedulerConfig field, e.g. cache_type="naive", page_size=16.
+
+        With tp_size=N (chapter 16) this process is rank 0 of N, each a process of its own.
+        """
+        scheduler_config = SchedulerConfig(model_path, **config)
+        if scheduler_config.tp_size > 1:
+            from minisgl.llm.tp import TPScheduler
+
+            self.scheduler: Scheduler = TPScheduler(scheduler_config)
+        else:
+            self.scheduler = Scheduler(scheduler_config)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
 
     def generate(
@@ -43,7 +52,9 @@ class LLM:
         raise NotImplementedError("ch07: Generate for every prompt (a string, or a list of token ids).")
 
     def shutdown(self) -> None:
-        """Release the engine's memory (KV cache, weights)."""
+        """Release the engine's memory (KV cache, weights); stop the other ranks, if any."""
+        if self.scheduler is not None and self.scheduler.config.tp_size > 1:
+            self.scheduler.close()  # a TPScheduler (chapter 16)
         self.scheduler = None  # type: ignore[assignment]
 
     def __enter__(self) -> LLM:

@@ -5,7 +5,8 @@
 Processes talk over IPC sockets in a fresh temporary directory. Every child watches its
 parent: if the launcher dies, even by SIGKILL, the children exit instead of lingering. On
 SIGINT or SIGTERM the launcher stops the API server, tells each child to exit, waits for it
-(killing it if it does not), and removes the socket directory.
+(killing it if it does not), and removes the socket directory. With `--tp N` there are N
+scheduler processes, one per tensor-parallel rank, and if one of them dies the server stops.
 """
 
 from __future__ import annotations
@@ -71,31 +72,39 @@ def child_main(target: Callable[..., None], args: tuple, parent_pid: int) -> Non
     target(*args)
 
 
+def scheduler_name(rank: int, tp_size: int) -> str:
+    """'scheduler', or 'scheduler rank 1' when there are several (tensor parallel)."""
+    return "scheduler" if tp_size == 1 else f"scheduler rank {rank}"
+
+
 def start_backend(args: ServerArgs, addresses: Addresses) -> list[mp.Process]:
     """Start the scheduler and tokenizer processes; return once the model is loaded."""
     # Fork: the children start with torch, transformers and minisgl already imported, in
     # a fraction of a second. Safe because this process has run no torch op, opened no ZMQ
     # socket and used no tokenizer yet (the API server's sockets are made after this).
     context = mp.get_context("fork")
-    ready, loaded = context.Pipe(duplex=False)  # the scheduler sends on `loaded`
-    jobs = {
-        "scheduler": (
+    ready, loaded = context.Pipe(duplex=False)  # each scheduler rank sends on `loaded`
+    config = args.scheduler_config()
+    # One scheduler process per tensor-parallel rank; rank 0 alone opens the sockets.
+    jobs: dict[str, tuple[Callable[..., None], tuple]] = {
+        scheduler_name(rank, args.tp_size): (
             run_scheduler,
             (
-                args.scheduler_config(),
+                config,
                 addresses.scheduler,
                 addresses.tokenizer,
                 addresses.dist_init,
-                0,
-                1,
+                rank,
+                args.tp_size,
                 loaded,
             ),
-        ),
-        "tokenizer": (
-            run_tokenizer_worker,
-            (args.model_path, addresses.tokenizer, addresses.scheduler, addresses.api),
-        ),
+        )
+        for rank in range(args.tp_size)
     }
+    jobs["tokenizer"] = (
+        run_tokenizer_worker,
+        (args.model_path, addresses.tokenizer, addresses.scheduler, addresses.api),
+    )
     processes = []
     for name, (target, target_args) in jobs.items():
         process = context.Process(
@@ -104,6 +113,7 @@ def start_backend(args: ServerArgs, addresses: Addresses) -> list[mp.Process]:
         process.start()
         processes.append(process)
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    waiting = args.tp_size  # ranks whose model is not loaded yet
     while True:
         dead = [p.name for p in processes if not p.is_alive()]
         if dead:
@@ -113,6 +123,9 @@ def start_backend(args: ServerArgs, addresses: Addresses) -> list[mp.Process]:
         if time.monotonic() > deadline:
             raise MinisglError(f"the model did not load within {STARTUP_TIMEOUT_S:.0f} s")
         if ready.poll(0.2):
+            ready.recv()
+            waiting -= 1
+        if waiting == 0:
             ready.close()
             return processes
 
@@ -151,6 +164,22 @@ def run_api_server(args: ServerArgs, addresses: Addresses) -> None:
     ).run()
 
 
+def stop_if_one_dies(
+    processes: list[mp.Process], stopping: threading.Event, failure: list[str]
+) -> None:
+    """(Tensor parallel) A rank's death leaves the others unable to step: if any child dies
+    before `stopping` is set, record which one in `failure` and stop the server (SIGTERM)."""
+    from minisgl.distributed.group import first_death
+
+    while not stopping.wait(PARENT_POLL_S):
+        exits = {f"the {p.name} process": p.exitcode for p in processes}
+        dead = first_death({name: code for name, code in exits.items() if code is not None})
+        if dead is not None:
+            failure.append(dead)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+
+
 def exit_cleanly(signum: int, frame: object) -> None:
     """SIGTERM asks for a clean stop: unwind (running the cleanup) and exit with status 0."""
     raise SystemExit(0)
@@ -163,8 +192,13 @@ def launch_server(args: ServerArgs) -> None:
     directory = tempfile.mkdtemp(prefix="minisgl-")
     addresses = Addresses(directory)
     processes: list[mp.Process] = []
+    stopping = threading.Event()
+    failure: list[str] = []  # which child died, if one did (tensor parallel)
     try:
         processes = start_backend(args, addresses)
+        if args.tp_size > 1:
+            watch = (processes, stopping, failure)
+            threading.Thread(target=stop_if_one_dies, args=watch, daemon=True).start()
         if args.shell:
             from minisgl.server.shell import run_shell
 
@@ -174,5 +208,8 @@ def launch_server(args: ServerArgs) -> None:
     except KeyboardInterrupt:
         print(file=sys.stderr)
     finally:
+        stopping.set()
         stop_backend(processes, addresses)
         shutil.rmtree(directory, ignore_errors=True)
+        if failure:
+            raise MinisglError(f"{failure[0]}; the server stopped")

@@ -1,0 +1,14 @@
+"""Neural-network layers of the decoder, each as small as the math it computes."""
+
+from .activation import silu_and_mul
+from .attention import AttentionLayer
+from .embedding import LMHead, VocabEmbedding
+from .linear import Linear
+from .norm import RMSNorm
+from .parallel import (
+    ColumnParallelLinear,
+    ParallelLMHead,
+    RowParallelLinear,
+    VocabParallelEmbedding,
+)
+from .rotary import RotaryEmbedding

@@ -1,0 +1,95 @@
+"""LLM: offline batch generation in one process, no servers or sockets involved.
+
+    with LLM("models/SmolLM2-135M-Instruct") as llm:
+        outputs = llm.generate(["The capital of France is"], SamplingParams(max_tokens=16))
+        print(outputs[0]["text"])
+
+All prompts go into the scheduler's queue at once; continuous batching then runs them,
+admitting new requests as others finish.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any, Sequence
+
+from tqdm import tqdm
+from transformers import AutoTokenizer
+
+from minisgl.core import SamplingParams
+from minisgl.scheduler import Scheduler, SchedulerConfig
+from minisgl.utils import InvalidRequestError
+
+
+class LLM:
+    def __init__(self, model_path: str, **config: Any) -> None:
+        """`config` takes any SchedulerConfig field, e.g. cache_type="naive", page_size=16.
+
+        With tp_size=N (chapter 16) this process is rank 0 of N, each a process of its own.
+        """
+        scheduler_config = SchedulerConfig(model_path, **config)
+        if scheduler_config.tp_size > 1:
+            from minisgl.llm.tp import TPScheduler
+
+            self.scheduler: Scheduler = TPScheduler(scheduler_config)
+        else:
+            self.scheduler = Scheduler(scheduler_config)
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+
+    def generate(
+        self,
+        prompts: Sequence[str] | Sequence[list[int]] | str,
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        progress: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Generate for every prompt (a string, or a list of token ids).
+
+        Returns one dict per prompt, in order: `text`, `token_ids` (generated ids),
+        `prompt_token_ids` and `finish_reason` ("stop" at EOS, "length" at max_tokens).
+        Every request is checked before any is queued: bad input raises and leaves nothing
+        behind in the scheduler.
+        """
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        params = sampling_params if sampling_params is not None else SamplingParams()
+        params_list = list(params) if isinstance(params, Sequence) else [params] * len(prompts)
+        if len(params_list) != len(prompts):
+            raise InvalidRequestError(
+                f"{len(prompts)} prompts but {len(params_list)} sampling params"
+            )
+        prompt_ids = [self.tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompts]
+        for ids, p in zip(prompt_ids, params_list):
+            self.scheduler.check_request_fits(len(ids), p.max_tokens)
+
+        uids = [self.scheduler.add_request(ids, p) for ids, p in zip(prompt_ids, params_list)]
+        generated: dict[int, list[int]] = {uid: [] for uid in uids}
+        finish_reason: dict[int, str] = {}
+        with tqdm(total=len(uids), desc="Generating", disable=not progress) as bar:
+            while self.scheduler.has_work:
+                for out in self.scheduler.step():
+                    generated[out.uid].append(out.token)
+                    if out.finish_reason is not None:
+                        finish_reason[out.uid] = out.finish_reason
+                        bar.update()
+        return [
+            {
+                "text": self.tokenizer.decode(generated[uid], skip_special_tokens=True),
+                "token_ids": generated[uid],
+                "prompt_token_ids": ids,
+                "finish_reason": finish_reason[uid],
+                "sampling_params": asdict(p),
+            }
+            for uid, ids, p in zip(uids, prompt_ids, params_list)
+        ]
+
+    def shutdown(self) -> None:
+        """Release the engine's memory (KV cache, weights); stop the other ranks, if any."""
+        if self.scheduler is not None and self.scheduler.config.tp_size > 1:
+            self.scheduler.close()  # a TPScheduler (chapter 16)
+        self.scheduler = None  # type: ignore[assignment]
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()

@@ -1,0 +1,155 @@
+"""The scheduler process's I/O: messages in from the tokenizer worker, tokens out to it.
+
+The loop never sleeps while there is work: it takes whatever messages are already queued and
+steps. When idle it blocks on the socket, so an idle server burns no CPU. Rank 0 alone owns
+the sockets; it broadcasts what it received to the other ranks (a gloo process group, on the
+CPU) so that every rank of a tensor-parallel engine schedules the very same batches. Until
+chapter 16 there is one rank, and the broadcast is the identity, but the path is the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch.distributed as dist
+
+from minisgl.message import (
+    AbortMsg,
+    BatchMsg,
+    DetokenizeMsg,
+    ExitMsg,
+    PullQueue,
+    PushQueue,
+    StatusMsg,
+    StatusRequestMsg,
+    UserMsg,
+)
+from minisgl.scheduler.config import SchedulerConfig
+from minisgl.scheduler.scheduler import Scheduler
+from minisgl.scheduler.utils import TokenOutput
+from minisgl.utils import MinisglError
+
+
+class SchedulerIO:
+    """Receive, broadcast and send for one rank of the scheduler."""
+
+    def __init__(
+        self,
+        inbox_address: str | None,
+        outbox_address: str | None,
+        rank: int = 0,
+        group: dist.ProcessGroup | None = None,
+    ) -> None:
+        """Rank 0 opens the sockets at the given addresses (None: no socket, as for the
+        offline `LLM`'s rank 0, which broadcasts its own messages)."""
+        self.rank = rank
+        self.group = group  # None: no process group, this rank is alone
+        self.inbox = PullQueue(inbox_address) if rank == 0 and inbox_address else None
+        self.outbox = PushQueue(outbox_address) if rank == 0 and outbox_address else None
+
+    def receive_msgs(self, block: bool) -> list[object]:
+        """This iteration's messages, the same on every rank.
+
+        Rank 0 waits for a first message only when `block` (the scheduler is idle), then takes
+        every message already queued without waiting; the other ranks get them by broadcast.
+        """
+        msgs: list[object] = []
+        if self.inbox is not None:
+            if block:
+                msgs.append(self.inbox.get())
+            msgs += self.inbox.get_all_nowait()
+        return self.broadcast(msgs)
+
+    def broadcast(self, msgs: list[object]) -> list[object]:
+        """Rank 0's messages, on every rank of the group."""
+        if self.group is None:
+            return msgs
+        box = [msgs]
+        dist.broadcast_object_list(box, src=0, group=self.group)
+        return box[0]
+
+    def send_outputs(self, outputs: list[TokenOutput]) -> None:
+        """One step's tokens to the tokenizer worker, in one message (rank 0 only)."""
+        if self.outbox is not None and outputs:
+            self.outbox.put(
+                BatchMsg([DetokenizeMsg(out.uid, out.token, out.finish_reason) for out in outputs])
+            )
+
+    def send(self, msg: object) -> None:
+        """Any other message to the tokenizer worker (rank 0 only)."""
+        if self.outbox is not None:
+            self.outbox.put(msg)
+
+    def close(self) -> None:
+        for queue in (self.inbox, self.outbox):
+            if queue is not None:
+                queue.close()
+
+
+def handle_msg(scheduler: Scheduler, io: SchedulerIO, msg: object) -> None:
+    """Act on one message: queue a request (or refuse it), abort one, or report status."""
+    if isinstance(msg, UserMsg):
+        try:
+            scheduler.add_request(msg.input_ids, msg.sampling_params, uid=msg.uid)
+        except MinisglError as error:  # too long for this engine: tell the client why
+            io.send(BatchMsg([DetokenizeMsg(msg.uid, None, error=str(error))]))
+    elif isinstance(msg, AbortMsg):
+        scheduler.abort_request(msg.uid)
+    elif isinstance(msg, StatusRequestMsg):
+        status = scheduler.status()
+        io.send(
+            StatusMsg(
+                msg.request_id,
+                status.running,
+                status.waiting,
+                status.used_pages,
+                status.free_pages,
+                status.cached_pages,
+                status.generated_tokens,
+                status.integrity_ok,
+            )
+        )
+
+
+def serve(scheduler: Scheduler, io: SchedulerIO) -> None:
+    """The scheduler process's loop: take messages (block only when idle), step, send tokens.
+
+    Returns on an ExitMsg.
+    """
+    while True:
+        for msg in io.receive_msgs(block=not scheduler.has_work):
+            if isinstance(msg, ExitMsg):
+                return
+            handle_msg(scheduler, io, msg)
+        if scheduler.has_work:
+            io.send_outputs(scheduler.step())
+
+
+def run_scheduler(
+    config: SchedulerConfig,
+    inbox_address: str,
+    outbox_address: str,
+    init_method: str,
+    rank: int = 0,
+    world_size: int = 1,
+    ready: Any = None,
+) -> None:
+    """A scheduler process's main: join the ranks' gloo group, build the engine, serve.
+
+    `ready` (a multiprocessing connection, or None) is sent the rank once the model is loaded.
+    """
+    if world_size > 1:  # tensor parallel: the group carries the model's collectives too
+        from minisgl.distributed import init_tp_group
+
+        init_tp_group(rank, world_size, init_method, config.resolved_device)
+    else:
+        dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size)
+    io = SchedulerIO(inbox_address, outbox_address, rank, dist.group.WORLD)
+    try:
+        scheduler = Scheduler(config)
+        if ready is not None:
+            ready.send(rank)
+        serve(scheduler, io)
+    finally:
+        io.close()
+        dist.destroy_process_group()

@@ -1,0 +1,172 @@
+"""CUDA graphs for decode: record a decode step's kernels once, then replay them with one launch.
+
+A decode step of a small model is hundreds of short kernels, and launching each one from Python
+costs more than running it. A CUDA graph records the launches of one forward at a fixed batch
+size, with fixed input and output tensors; replaying it launches them all at once. So we capture
+one graph per batch size in a small ladder (1, 2, 4, 8, 16, 24, ...), and a batch of 5 replays
+the graph of 8 with 3 rows of padding.
+
+What changes between replays must live in the captured tensors: before each replay we copy the
+batch's token ids, positions and KV slots into the fixed input buffers, and the attention
+backend writes the batch's page lists into its fixed buffers (`prepare_for_graph`). Padding rows
+store their K/V into a spare page that no request owns, and their logits are ignored.
+
+The graph itself is a `DeviceGraph`: `CudaGraph` on a GPU. The CPU tests put a stand-in in
+`GraphRunner.graph_type` whose replay re-runs the recorded forward on the same fixed tensors,
+which is all a replay can see.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from typing import Callable, Protocol
+
+import torch
+from torch import nn
+
+from minisgl.core import Batch, Context
+
+
+class GraphAttnBackend(Protocol):
+    """What an attention backend must offer to run inside captured decode graphs."""
+
+    def init_cuda_graph(self, max_batch_size: int) -> None: ...
+
+    def prepare_for_graph(self, batch: Batch, graph_batch_size: int, pad_page: int) -> None: ...
+
+
+class DeviceGraph(Protocol):
+    """A recorded forward: captured once, replayed on the tensors it was captured with."""
+
+    def capture(self, forward: Callable[[], torch.Tensor], pool: object) -> torch.Tensor:
+        """Record forward(), allocating from `pool`; returns its output, rewritten per replay."""
+        ...
+
+    def replay(self) -> None: ...
+
+    @staticmethod
+    def new_pool() -> object:
+        """A memory pool graphs can share (one graph runs at a time)."""
+        ...
+
+    @staticmethod
+    def memory_in_use() -> int:
+        """Bytes of device memory in use, after the device finished its queued work."""
+        ...
+
+
+class CudaGraph:
+    """torch.cuda.CUDAGraph, warmed up on a side stream before it records."""
+
+    def __init__(self) -> None:
+        self.graph = torch.cuda.CUDAGraph()
+
+    def capture(self, forward: Callable[[], torch.Tensor], pool: object) -> torch.Tensor:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # warm up: lazy initialisation stays out of the graph
+            forward()
+        with torch.cuda.graph(self.graph, pool=pool, stream=stream):
+            return forward()
+
+    def replay(self) -> None:
+        self.graph.replay()
+
+    @staticmethod
+    def new_pool() -> object:
+        return torch.cuda.graph_pool_handle()
+
+    @staticmethod
+    def memory_in_use() -> int:
+        torch.cuda.synchronize()
+        free, total = torch.cuda.mem_get_info()
+        return total - free
+
+
+def graph_batch_sizes(max_batch_size: int) -> list[int]:
+    """The batch sizes to capture: 1, 2, 4, then every multiple of 8, up to max_batch_size.
+
+    Sorted, without duplicates, all <= max_batch_size, and max_batch_size itself always in:
+    every batch of 1..max_batch_size rows then has a graph at most 7 rows larger (at most
+    twice its size below 8).
+    """
+    raise NotImplementedError("ch18: The batch sizes to capture: 1, 2, 4, then every multiple of 8, up to max_batch_size.")
+
+
+class GraphRunner:
+    """Captures the decode forward at each graph batch size, and replays it for a batch."""
+
+    graph_type: type[DeviceGraph] = CudaGraph
+
+    def __init__(
+        self,
+        model: nn.Module,
+        ctx: Context,
+        backend: GraphAttnBackend,
+        max_batch_size: int,
+        pad_page: int,
+    ) -> None:
+        self.model, self.ctx, self.backend = model, ctx, backend
+        self.pad_page = pad_page
+        self.pad_slot = pad_page * ctx.page_size
+        self.batch_sizes = graph_batch_sizes(max_batch_size)
+        self.max_batch_size = self.batch_sizes[-1]
+        device = ctx.page_table.device
+        # The fixed inputs every graph reads; graph n reads the first n rows.
+        self.input_ids = torch.zeros(max_batch_size, dtype=torch.int32, device=device)
+        self.positions = torch.zeros(max_batch_size, dtype=torch.int64, device=device)
+        self.out_loc = torch.full(
+            (max_batch_size,), self.pad_slot, dtype=ctx.page_table.dtype, device=device
+        )
+        self.graphs: dict[int, DeviceGraph] = {}
+        self.logits: dict[int, torch.Tensor] = {}  # each graph's output, overwritten per replay
+        self.capture_seconds = 0.0
+        self.capture_bytes = 0
+        backend.init_cuda_graph(self.max_batch_size)
+
+    def _forward(self, size: int, attn_metadata: object) -> torch.Tensor:
+        """One decode forward of `size` rows over the fixed inputs: what a graph records."""
+        batch = Batch([], "decode")
+        # Fresh views at every call: the rotary layer caches cos/sin per positions *object*,
+        # and must look them up inside the graph, not reuse the warm-up run's values.
+        batch.input_ids, batch.out_loc = self.input_ids[:size], self.out_loc[:size]
+        batch.positions = self.positions[:size]
+        batch.attn_metadata = attn_metadata
+        with self.ctx.forward_batch(batch):
+            return self.model()
+
+    @torch.inference_mode()
+    def capture(self) -> None:
+        """Capture every graph, largest first, all sharing one memory pool.
+
+        For each size: plan the backend for an all-padding batch of that size first
+        (prepare_for_graph on Batch([], "decode"): planning runs on the host, and the graph may
+        only read its results in the fixed buffers), then graph = self.graph_type() and
+        self.logits[size] = graph.capture(forward of that size, pool). Largest first, so the
+        smaller graphs reuse the pool's blocks. Record capture_seconds and capture_bytes
+        (graph_type.memory_in_use() before and after).
+        """
+        raise NotImplementedError("ch18: Capture every graph, largest first, all sharing one memory pool.")
+
+    def can_run(self, batch: Batch) -> bool:
+        """True for a decode batch no larger than the largest graph: prefills run eagerly."""
+        raise NotImplementedError("ch18: True for a decode batch no larger than the largest graph: prefills run eagerly.")
+
+    def graph_size(self, batch_size: int) -> int:
+        """The smallest captured batch size that holds `batch_size` rows."""
+        raise NotImplementedError("ch18: The smallest captured batch size that holds `batch_size` rows.")
+
+    def prepare(self, batch: Batch) -> None:
+        """Plan the attention of the graph this batch will replay (its metadata)."""
+        self.backend.prepare_for_graph(batch, self.graph_size(batch.size), self.pad_page)
+
+    def replay(self, batch: Batch) -> torch.Tensor:
+        """Copy the batch into the fixed inputs, replay its graph; logits [batch size, vocab].
+
+        Copy input_ids, positions and out_loc into the first batch.size rows of the fixed
+        buffers (copy_, never a new tensor: the graph reads these very tensors), point the
+        padding rows' out_loc up to the graph's size at self.pad_slot, replay the graph of
+        graph_size(batch.size), and return the first batch.size rows of its logits.
+        """
+        raise NotImplementedError("ch18: Copy the batch into the fixed inputs, replay its graph; logits [batch size, vocab].")

@@ -1,0 +1,35 @@
+"""Qwen3-MoE (e.g. Qwen3-30B-A3B): Qwen3's decoder with a mixture of experts for MLPs.
+
+The attention, norms and residual stream are Qwen3's, so the model is the Llama decoder of
+`models/llama.py`; `create_mlp` puts a `SparseMoeBlock` in the layers that `MoeConfig` names.
+What is left here is the checkpoint: it stores every expert's projections apart
+(`mlp.experts.{e}.gate_proj.weight`, `up_proj`, `down_proj`), which we stack per layer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from minisgl.models.config import ModelConfig
+from minisgl.models.llama import LlamaForCausalLM
+from minisgl.models.registry import MODEL_REGISTRY
+
+
+class Qwen3MoeForCausalLM(LlamaForCausalLM):
+    def __init__(self, config: ModelConfig) -> None:
+        if config.moe is None:
+            raise ValueError("a Qwen3-MoE config needs its expert settings (ModelConfig.moe)")
+        # Qwen3's attention normalizes q and k per head, in the MoE models too.
+        super().__init__(dataclasses.replace(config, qk_norm=True))
+        # Expert e's gate and up are shards 2e and 2e + 1 of the stacked gate_up_proj, its
+        # down is shard e of down_proj. These names come first: the generic ".gate_proj."
+        # entry would also match an expert's tensor.
+        experts: dict[str, tuple[str, int | None]] = {}
+        for e in range(config.moe.num_experts):
+            experts[f".experts.{e}.gate_proj."] = (".experts.gate_up_proj.", 2 * e)
+            experts[f".experts.{e}.up_proj."] = (".experts.gate_up_proj.", 2 * e + 1)
+            experts[f".experts.{e}.down_proj."] = (".experts.down_proj.", e)
+        self.WEIGHT_NAME_MAP = experts | LlamaForCausalLM.WEIGHT_NAME_MAP
+
+
+MODEL_REGISTRY["Qwen3MoeForCausalLM"] = Qwen3MoeForCausalLM

@@ -1,0 +1,76 @@
+"""Latency and throughput from the timestamps a streaming client records.
+
+For each request the client notes when it sent it, when each piece of text arrived and when the
+stream ended. Everything a user feels comes from those times: the time to first token (TTFT),
+the inter-token latency (ITL, the gaps between pieces) and the end-to-end latency; a server's
+capacity is the throughput of the whole run. Tails matter more than means, so each is reported
+as percentiles.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100) of `values`, interpolating linearly between ranks.
+
+    Sort the values; the percentile sits at rank `k = (n - 1) * q / 100` counted from 0, between
+    the values at ranks `floor(k)` and `ceil(k)`, in proportion to `k`'s fraction. So q=0 is the
+    minimum, q=100 the maximum, q=50 of an even count the mean of the two middle values. No
+    values: nan (a run where every request failed has no latency, not a latency of 0).
+    """
+    raise NotImplementedError("ch21: The q-th percentile (0-100) of `values`, interpolating linearly between ranks.")
+
+
+@dataclass
+class RequestResult:
+    """One streamed request as its client saw it (times in seconds of time.perf_counter)."""
+
+    ok: bool = False
+    error: str = ""
+    sent_s: float = 0.0  # the request left the client
+    piece_s: list[float] = field(default_factory=list)  # each non-empty piece of text arrived
+    done_s: float = 0.0  # the stream ended
+    output_tokens: int = 0  # the server's count (`usage`): a piece may hold several tokens
+
+    @property
+    def ttft_s(self) -> float:
+        """Time to first token: from sending the request to the first piece of text.
+
+        Measured from `sent_s`, not from when the response's headers came back: the user waits
+        from the click. The first piece, not the first chunk: a chunk may carry no text.
+        """
+        raise NotImplementedError("ch21: Time to first token: from sending the request to the first piece of text.")
+
+    @property
+    def itl_s(self) -> list[float]:
+        """Inter-token latencies: the gap between each piece and the one before it.
+
+        n pieces give n - 1 gaps; the first piece's wait is the TTFT, not a gap.
+        """
+        raise NotImplementedError("ch21: Inter-token latencies: the gap between each piece and the one before it.")
+
+    @property
+    def latency_s(self) -> float:
+        """End-to-end latency: from sending the request to the end of its stream."""
+        raise NotImplementedError("ch21: End-to-end latency: from sending the request to the end of its stream.")
+
+
+PERCENTILES = (50, 90, 99)
+
+
+def summarize(results: Sequence[RequestResult], seconds: float) -> dict[str, float]:
+    """The run's figures: counts, throughput over its wall time, latency percentiles in ms.
+
+    Only requests that succeeded count toward tokens and latencies; the others are `errors`.
+    Output tokens are the server's counts (`output_tokens`), not the number of pieces. The
+    throughputs divide by `seconds`, the wall time of the whole run (first request sent to
+    last stream ended), not by the sum of request latencies (concurrent requests overlap).
+    ITL pools the gaps of every request, so a long request weighs as much as its gaps.
+    Keys: requests, errors, seconds, output_tokens, request_throughput, token_throughput,
+    and for q in PERCENTILES ttft_p{q}_ms, itl_p{q}_ms, latency_p{q}_ms.
+    """
+    raise NotImplementedError("ch21: The run's figures: counts, throughput over its wall time, latency percentiles in ms.")

@@ -1,0 +1,10 @@
+"""Problem 183: the memory of a pool of captured decode graphs."""
+
+from __future__ import annotations
+
+
+def graph_pool_bytes(
+    sizes: list[int], vocab: int, logit_bytes: int, scratch_bytes_per_row: int
+) -> int:
+    """Every graph's logits, plus the largest graph's scratch."""
+    raise NotImplementedError("outputs are kept, scratch is shared")

@@ -1,0 +1,22 @@
+"""Problem 182: a decode batch's page lists and KV slots, padded to its graph's size."""
+
+from __future__ import annotations
+
+
+def pad_for_graph(
+    kv_indptr: list[int],
+    kv_indices: list[int],
+    last_page_len: list[int],
+    out_loc: list[int],
+    graph_size: int,
+    pad_page: int,
+    page_size: int,
+) -> tuple[list[int], list[int], list[int], list[int]]:
+    """The four lists with graph_size - n padding rows, each on the spare page."""
+    num_pad = graph_size - len(last_page_len)
+    return (
+        kv_indptr + [kv_indptr[-1] + i for i in range(1, num_pad + 1)],
+        kv_indices + [pad_page] * num_pad,
+        last_page_len + [1] * num_pad,
+        out_loc + [pad_page * page_size] * num_pad,
+    )

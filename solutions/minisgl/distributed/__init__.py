@@ -1,0 +1,28 @@
+"""Tensor parallelism: which rank this process is, how weights are split, and the collectives.
+
+Every sharded layer asks `get_tp_info()` for its slice (the rules are in `shard.py`); the two
+collectives are the only places where ranks exchange activations. Until `set_tp_info` is called
+(by `init_tp_group`, when a rank process starts) the engine is one rank, and both collectives
+return their input.
+"""
+
+from .comm import all_gather, all_reduce
+from .group import RankDiedError, RankProcesses, init_tp_group, leave_tp_group
+from .info import TPInfo, get_tp_info, set_tp_info
+from .shard import HeadShard, head_shard, split_range, vocab_block
+
+__all__ = [
+    "HeadShard",
+    "RankDiedError",
+    "RankProcesses",
+    "TPInfo",
+    "all_gather",
+    "all_reduce",
+    "get_tp_info",
+    "head_shard",
+    "init_tp_group",
+    "leave_tp_group",
+    "set_tp_info",
+    "split_range",
+    "vocab_block",
+]

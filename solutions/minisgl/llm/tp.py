@@ -1,0 +1,93 @@
+"""Rank 0 of a tensor-parallel `LLM`: a Scheduler whose every step the other ranks mirror.
+
+    with LLM("models/SmolLM2-135M-Instruct", tp_size=2) as llm: ...
+
+The user's process is rank 0: it keeps the tokenizer and the Python API, and starts ranks
+1..size-1 as processes that run chapter 14's scheduler loop (`run_scheduler`, with no sockets).
+Before each step, rank 0 broadcasts the requests added since the last one, exactly as the
+server's rank 0 forwards what its socket received; then every rank runs the same step on its
+shard of the model, and the all-reduces inside the forward keep them together.
+"""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+from typing import Callable, TypeVar
+
+import torch
+import torch.distributed as dist
+
+from minisgl.core import SamplingParams
+from minisgl.distributed import RankProcesses, init_tp_group, leave_tp_group
+from minisgl.message import ExitMsg, UserMsg
+from minisgl.scheduler import Scheduler, SchedulerConfig
+from minisgl.scheduler.io import SchedulerIO, run_scheduler
+from minisgl.scheduler.utils import TokenOutput
+
+T = TypeVar("T")
+DEATH_GRACE_S = 5.0  # after a failed collective, how long a dead rank may take to be reaped
+
+
+class TPScheduler(Scheduler):
+    """The Scheduler of rank 0; `close()` stops the other ranks."""
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.directory = tempfile.mkdtemp(prefix="minisgl-tp-")
+        init_method = f"file://{self.directory}/dist_init"
+        size = config.tp_size
+        self.ranks = RankProcesses(
+            run_scheduler, {r: (config, None, None, init_method, r, size) for r in range(1, size)}
+        )
+        self.io: SchedulerIO | None = None
+        self.outgoing: list[UserMsg] = []  # added since the last step, not yet broadcast
+        atexit.register(self.close)  # an LLM never shut down still stops its ranks cleanly
+        try:
+            init_tp_group(0, size, init_method, config.resolved_device, peers=self.ranks)
+            self.io = SchedulerIO(None, None, 0, dist.group.WORLD)
+            super().__init__(config)
+        except BaseException:
+            self.close()
+            raise
+
+    def add_request(
+        self,
+        input_ids: list[int] | torch.Tensor,
+        sampling_params: SamplingParams,
+        uid: int | None = None,
+    ) -> int:
+        """Queue the request here, and for the other ranks at the next step."""
+        uid = super().add_request(input_ids, sampling_params, uid)
+        ids = torch.as_tensor(input_ids).flatten().tolist()
+        self.outgoing.append(UserMsg(uid, ids, sampling_params))
+        return uid
+
+    def step(self) -> list[TokenOutput]:
+        """Send the new requests to every rank, then run the step all of them run."""
+        assert self.io is not None, "the group is closed"
+        msgs, self.outgoing = self.outgoing, []
+        self._collective(self.io.broadcast, msgs)
+        return self._collective(super().step)
+
+    def _collective(self, fn: Callable[..., T], *args: object) -> T:
+        """fn(*args), which talks to the other ranks: if one of them died, say which."""
+        try:
+            return fn(*args)
+        except RuntimeError:
+            self.io = None  # the group is broken: close() must not broadcast on it
+            self.ranks.raise_if_dead(grace_s=DEATH_GRACE_S)
+            raise
+
+    def close(self) -> None:
+        """Tell the other ranks to exit, wait for them (killing stragglers), leave the group."""
+        atexit.unregister(self.close)
+        if self.io is not None:
+            try:
+                self.io.broadcast([ExitMsg()])
+            except RuntimeError:  # a rank is already gone: stop() below kills the rest
+                pass
+            self.io = None
+        self.ranks.stop()
+        leave_tp_group()
+        shutil.rmtree(self.directory, ignore_errors=True)

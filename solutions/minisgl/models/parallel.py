@@ -1,0 +1,43 @@
+"""The sharded projections of one rank of a tensor-parallel Llama-style decoder.
+
+Attention: the rank's query heads and the KV heads they read (`head_shard`) take their rows of
+the merged QKV projection (column parallel: no communication) and the matching columns of the
+output projection (row parallel: one all-reduce). The MLP alike, with a block of the
+intermediate dimension: rows of gate and up, columns of down.
+"""
+
+from __future__ import annotations
+
+from minisgl.distributed import HeadShard, TPInfo, head_shard, split_range
+from minisgl.layers.parallel import ColumnParallelLinear, RowParallelLinear
+from minisgl.models.config import ModelConfig
+
+
+def qkv_rows(heads: HeadShard, head_dim: int) -> list[tuple[int, int]]:
+    """This rank's [start, end) rows of the q, k and v projections, in that order.
+
+    Head h owns rows [h * head_dim, (h + 1) * head_dim) of its projection: q's rows come from
+    the query heads [q_start, q_end), k's and v's from the KV heads [kv_start, kv_end).
+    """
+    q = (heads.q_start * head_dim, heads.q_end * head_dim)
+    kv = (heads.kv_start * head_dim, heads.kv_end * head_dim)
+    return [q, kv, kv]
+
+
+def sharded_attention(
+    config: ModelConfig, tp: TPInfo
+) -> tuple[HeadShard, ColumnParallelLinear, RowParallelLinear]:
+    """This rank's heads, its QKV projection (rows) and its output projection (columns)."""
+    heads = head_shard(config.num_heads, config.num_kv_heads, tp)
+    rows = qkv_rows(heads, config.head_dim)
+    qkv_proj = ColumnParallelLinear(config.hidden_size, rows, config.qkv_bias)
+    o_proj = RowParallelLinear(rows[0], config.hidden_size, config.o_bias)
+    return heads, qkv_proj, o_proj
+
+
+def sharded_mlp(config: ModelConfig, tp: TPInfo) -> tuple[ColumnParallelLinear, RowParallelLinear]:
+    """This rank's gate/up projection (its rows of each) and down projection (its columns)."""
+    block = split_range(config.intermediate_size, tp.size, tp.rank)
+    gate_up_proj = ColumnParallelLinear(config.hidden_size, [block, block], bias=False)
+    down_proj = RowParallelLinear(block, config.hidden_size, bias=False)
+    return gate_up_proj, down_proj

@@ -1,0 +1,222 @@
+"""Chapter 18 tests: decode graphs, on the CPU.
+
+`FakeGraph` stands in for `CudaGraph`: capture runs the forward once and keeps it with its
+output tensor; replay runs that same forward again and writes the result into that same output.
+The forward reads nothing but the runner's fixed input tensors and the attention metadata planned
+at capture (chapter 17's `FakeFlashInfer`, whose graph wrappers read their fixed buffers), so a
+replay sees exactly what a CUDA graph replay sees: what is in those tensors now. Stale inputs,
+padding rows writing into live K/V, or the wrong graph for a batch all change the tokens.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable, Iterator
+
+import pytest
+import torch
+from conftest import TINY_MODELS, greedy, guarded_llm, require_model
+from test_ch17_gpu_attention import (
+    FakeFlashInfer,
+    fill_pool,
+    hand_batch,
+    pages_by_walking,
+    prompts,
+    use_fake_flashinfer,
+)
+
+from minisgl.attention.fi import page_lists, pad_page_lists
+from minisgl.core import Batch
+from minisgl.engine import Engine, EngineConfig
+from minisgl.engine.graph import GraphRunner, graph_batch_sizes
+
+MODEL = TINY_MODELS["qwen3"]
+
+
+class FakeGraph:
+    """CPU stand-in for CudaGraph (see the module docstring). It counts its replays, numbers
+    its captures in order, and reports the bytes of the outputs it holds as device memory."""
+
+    capture_order = itertools.count()
+    bytes_held = 0
+
+    def __init__(self) -> None:
+        self.forward: Callable[[], torch.Tensor] | None = None
+        self.replays = 0
+
+    def capture(self, forward: Callable[[], torch.Tensor], pool: object) -> torch.Tensor:
+        self.forward, self.pool, self.order = forward, pool, next(FakeGraph.capture_order)
+        self.output = forward()
+        FakeGraph.bytes_held += self.output.numel() * self.output.element_size()
+        return self.output
+
+    def replay(self) -> None:
+        assert self.forward is not None, "replay before capture"
+        self.replays += 1
+        self.output.copy_(self.forward())
+
+    @staticmethod
+    def new_pool() -> object:
+        return object()
+
+    @staticmethod
+    def memory_in_use() -> int:
+        return FakeGraph.bytes_held
+
+
+def fake_gpu(monkeypatch: pytest.MonkeyPatch, fake: FakeFlashInfer) -> None:
+    """Engines built from now on use FakeFlashInfer, and capture FakeGraphs up to
+    cuda_graph_max_bs (graphs need a GPU otherwise)."""
+    use_fake_flashinfer(monkeypatch, fake)
+    monkeypatch.setattr(Engine, "_graph_max_batch_size", lambda self: self.config.cuda_graph_max_bs)
+    monkeypatch.setattr(GraphRunner, "graph_type", FakeGraph)
+
+
+@pytest.fixture
+def fake() -> FakeFlashInfer:
+    return FakeFlashInfer()
+
+
+def graph_engine(monkeypatch: pytest.MonkeyPatch, fake: FakeFlashInfer, max_bs: int) -> Engine:
+    fake_gpu(monkeypatch, fake)
+    return Engine(
+        EngineConfig(
+            str(require_model(MODEL)),
+            device="cpu",  # the stand-ins are CPU code, whatever the machine
+            attention_backend="flashinfer",
+            page_size=4,
+            num_pages=64,
+            max_running_req=16,
+            max_seq_len=64,
+            cuda_graph_max_bs=max_bs,
+            show_progress=False,
+        )
+    )
+
+
+@pytest.mark.parametrize("max_bs", [1, 2, 3, 8, 13, 64, 100, 256])
+def test_the_ladder_covers_every_batch_size_with_little_padding(max_bs):
+    sizes = graph_batch_sizes(max_bs)
+    assert sizes == sorted(set(sizes)) and sizes[0] == 1 and sizes[-1] == max_bs
+    for n in range(1, max_bs + 1):
+        padded = min(s for s in sizes if s >= n)
+        assert padded - n < 8 and padded <= 2 * n, f"batch {n} replays the graph of {padded}"
+    assert len(sizes) <= 3 + max_bs // 8 + 1  # one graph per 8 rows above 8, no more
+
+
+def test_each_batch_replays_the_smallest_graph_that_holds_it(monkeypatch, fake):
+    engine = graph_engine(monkeypatch, fake, max_bs=12)
+    runner = engine.graph_runner
+    assert runner is not None and runner.batch_sizes == graph_batch_sizes(12)
+    for n in range(1, 13):
+        assert runner.graph_size(n) == min(s for s in runner.batch_sizes if s >= n)
+    decode, prefill = Batch([None] * 12, "decode"), Batch([None] * 2, "prefill")
+    assert runner.can_run(decode) and not runner.can_run(prefill)
+    assert not runner.can_run(Batch([None] * 13, "decode"))
+
+
+def test_graphs_are_captured_largest_first_in_one_pool(monkeypatch, fake):
+    engine = graph_engine(monkeypatch, fake, max_bs=12)
+    runner = engine.graph_runner
+    assert sorted(runner.graphs) == runner.batch_sizes
+    order = sorted(runner.graphs, key=lambda size: runner.graphs[size].order)
+    assert order == sorted(runner.batch_sizes, reverse=True)
+    assert len({id(graph.pool) for graph in runner.graphs.values()}) == 1
+    vocab = engine.model_config.vocab_size
+    for size, logits in runner.logits.items():
+        assert logits.shape == (size, vocab) and logits is runner.graphs[size].output
+    held = sum(logits.numel() * logits.element_size() for logits in runner.logits.values())
+    assert runner.capture_bytes == held and runner.capture_seconds > 0
+
+
+@pytest.mark.parametrize("size, pad_to", [(3, 4), (5, 8), (4, 4)])
+def test_padding_rows_are_one_query_on_one_page(size, pad_to):
+    rng = random.Random(size)
+    seq_lens = [rng.randint(1, 40) for _ in range(size)]
+    lists = page_lists(seq_lens, [1] * size, 4)
+    padded = pad_page_lists(lists, pad_to)
+    extra = pad_to - size
+    assert padded.num_pages == lists.num_pages + [1] * extra
+    assert padded.last_page_len == lists.last_page_len + [1] * extra
+    end = lists.kv_indptr[-1]
+    assert padded.kv_indptr == lists.kv_indptr + [end + i for i in range(1, extra + 1)]
+    assert padded.qo_indptr == lists.qo_indptr + [size + i for i in range(1, extra + 1)]
+
+
+def test_a_padded_batch_is_planned_into_the_graphs_fixed_buffers(monkeypatch, fake):
+    engine = graph_engine(monkeypatch, fake, max_bs=4)
+    seq_lens = [9, 3, 14]
+    batch = hand_batch(engine, seq_lens, [n - 1 for n in seq_lens], "decode")
+    engine.prepare_batch(batch)
+    wrapper = batch.attn_metadata.wrapper
+    assert fake.log[-1] == ("graph decode", "plan") and wrapper.use_cuda_graph
+    assert wrapper is engine.graph_runner.graphs[4].forward.args[1].wrapper  # graph 4's own
+    walked = [pages_by_walking(engine.page_table, i, n, 4) for i, n in enumerate(seq_lens)]
+    pad_page = engine.num_pages  # the spare page past the scheduler's
+    indptr, indices, last_page_len = (t.tolist() for t in wrapper.buffers)
+    assert indptr == [sum(map(len, walked[:i])) for i in range(4)] + [sum(map(len, walked)) + 1]
+    assert indices[: indptr[-1]] == [p for pages in walked for p in pages] + [pad_page]
+    assert last_page_len == [n - 4 * (len(p) - 1) for n, p in zip(seq_lens, walked)] + [1]
+
+
+def test_a_replay_equals_the_eager_forward_and_writes_no_live_kv(monkeypatch, fake):
+    """Batch A (4 requests) replays graph 4; then batch B (3 other requests) replays it with
+    one padding row. B's logits must equal an eager forward of B, and the replay may write
+    K/V only at B's slots and on the spare page."""
+    engine = graph_engine(monkeypatch, fake, max_bs=4)
+    fill_pool(engine)
+    runner = engine.graph_runner
+    a = hand_batch(engine, [6, 11, 2, 17], [5, 10, 1, 16], "decode")
+    engine.prepare_batch(a)
+    with torch.inference_mode():
+        engine.run_model(a)
+        b = hand_batch(engine, [8, 5, 13], [7, 4, 12], "decode")
+        engine.attn_backend.prepare_metadata(b)
+        with engine.ctx.forward_batch(b):
+            eager = engine.model().clone()
+        pool_before = engine.kv_cache.k_cache(1).clone()
+        engine.prepare_batch(b)
+        replayed = engine.run_model(b)
+    assert runner.graphs[4].replays == 2
+    torch.testing.assert_close(replayed, eager, atol=1e-5, rtol=1e-5)
+    changed = (engine.kv_cache.k_cache(1) != pool_before).flatten(1).any(-1).nonzero().flatten()
+    spare = range(runner.pad_slot, runner.pad_slot + engine.page_size)
+    allowed = set(b.out_loc.tolist()) | set(spare)
+    assert set(changed.tolist()) <= allowed, "the replay wrote K/V outside the batch's slots"
+
+
+@pytest.fixture
+def greedy_runs(monkeypatch: pytest.MonkeyPatch, fake: FakeFlashInfer) -> Iterator[Callable]:
+    fake_gpu(monkeypatch, fake)
+
+    def run(graph_max_bs: int) -> tuple[list[list[int]], dict[int, int]]:
+        """Tokens of 13 requests ending at different steps; replays per graph size."""
+        batch = prompts(13, seed=3)
+        llm = guarded_llm(
+            require_model(MODEL),
+            device="cpu",  # the stand-ins are CPU code, whatever the machine
+            attention_backend="flashinfer",
+            page_size=4,
+            num_pages=1024,
+            max_running_req=12,
+            cuda_graph_max_bs=graph_max_bs,
+            show_progress=False,
+        )
+        with llm:
+            outs = llm.generate(batch, [greedy(3 + 2 * i) for i in range(len(batch))])
+            runner = llm.scheduler.engine.graph_runner
+            replays = {n: g.replays for n, g in runner.graphs.items()} if runner else {}
+        return [out["token_ids"] for out in outs], replays
+
+    yield run
+
+
+def test_tokens_with_graphs_equal_tokens_without(greedy_runs):
+    """Batches of 12 run eagerly; as requests finish, decode batches of 8 and fewer replay
+    graphs (padded ones too). Every token must be the eager engine's."""
+    with_graphs, replays = greedy_runs(8)
+    eager, _ = greedy_runs(0)
+    padded_sizes = {n for n, count in replays.items() if count and n > 1}
+    assert sum(replays.values()) > 10 and len(padded_sizes) >= 2, f"replays per size: {replays}"
+    assert with_graphs == eager

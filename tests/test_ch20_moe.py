@@ -1,0 +1,297 @@
+"""Chapter 20 tests: the mixture-of-experts layer and Qwen3-MoE.
+
+References are computed, never typed: transformers' own Qwen3-MoE router, expert MLP, sparse
+block and greedy generation; a dense loop over tokens and their experts; Python's stable
+sort. The fused Triton kernel runs in Triton's interpreter on the CPU (TRITON_INTERPRET is set
+before triton is imported) and is compared with the torch path.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"  # before anything imports triton: kernels run on the CPU
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import MODELS, encode, greedy, guarded_llm, hf_greedy_cached, require_model
+from safetensors import safe_open
+from transformers import Qwen3MoeConfig
+from transformers.models.qwen3_moe.modeling_qwen3_moe import (
+    Qwen3MoeMLP,
+    Qwen3MoeSparseMoeBlock,
+    Qwen3MoeTopKRouter,
+)
+
+from minisgl.distributed import set_tp_info
+from minisgl.kernels.fused_moe import align_to_blocks, fused_moe
+from minisgl.models import ModelConfig, create_model, load_weights
+from minisgl.layers.moe import (
+    ExpertWeights,
+    SparseMoeBlock,
+    expert_mlp,
+    moe_forward_torch,
+    route,
+    scatter_back,
+    sort_by_expert,
+)
+
+MODEL = MODELS / "tiny-qwen3-moe"
+CPU = torch.device("cpu")
+HIDDEN, INTERMEDIATE, EXPERTS = 48, 40, 8  # not multiples of the kernel's blocks on purpose
+# float32 everywhere: ours and transformers' differ only in summation order.
+ATOL = 1e-5
+PROMPTS = [
+    "The capital of France is",
+    "The capital of France is a city of",  # shares a prefix with the first: radix reuse
+    "One, two, three,",
+    "Water boils at one hundred degrees",
+]
+
+
+def hf_config(top_k: int = 2, renormalize: bool = True) -> Qwen3MoeConfig:
+    return Qwen3MoeConfig(
+        hidden_size=HIDDEN,
+        moe_intermediate_size=INTERMEDIATE,
+        num_experts=EXPERTS,
+        num_experts_per_tok=top_k,
+        norm_topk_prob=renormalize,
+    )
+
+
+def random_experts(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(gate_up [E, 2I, H], down [E, H, I]) with unit-scale outputs."""
+    g = torch.Generator().manual_seed(seed)
+    gate_up = torch.randn(EXPERTS, 2 * INTERMEDIATE, HIDDEN, generator=g) / HIDDEN**0.5
+    down = torch.randn(EXPERTS, HIDDEN, INTERMEDIATE, generator=g) / INTERMEDIATE**0.5
+    return gate_up, down
+
+
+def routed(tokens: int, top_k: int, seed: int = 1) -> tuple[torch.Tensor, ...]:
+    """hidden [tokens, H] and a top-k routing of it (renormalized), from a seeded generator."""
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(tokens, HIDDEN, generator=g)
+    weights, expert_ids = route(torch.randn(tokens, EXPERTS, generator=g) * 2, top_k, True)
+    return hidden, weights, expert_ids
+
+
+def dense_reference(
+    hidden: torch.Tensor,
+    gate_up: torch.Tensor,
+    down: torch.Tensor,
+    weights: torch.Tensor,
+    expert_ids: torch.Tensor,
+) -> torch.Tensor:
+    """The MoE output the slow, obvious way: every token, every one of its experts."""
+    out = torch.zeros_like(hidden)
+    for t in range(hidden.shape[0]):
+        for slot in range(expert_ids.shape[1]):
+            e = int(expert_ids[t, slot])
+            gate, up = (gate_up[e] @ hidden[t]).chunk(2)
+            out[t] += weights[t, slot] * (down[e] @ (torch.nn.functional.silu(gate) * up))
+    return out
+
+
+def moe_block(top_k: int, renormalize: bool, seed: int = 0) -> SparseMoeBlock:
+    """Our block with seeded weights (loaded through its own checkpoint protocol)."""
+    block = SparseMoeBlock(HIDDEN, EXPERTS, top_k, INTERMEDIATE, renormalize)
+    gate_up, down = random_experts(seed)
+    router = torch.randn(EXPERTS, HIDDEN, generator=torch.Generator().manual_seed(seed + 1))
+    block.gate.weight.data.copy_(router)
+    for e in range(EXPERTS):
+        gate, up = gate_up[e].chunk(2)
+        block.experts["gate_up_proj"].load_slice("weight", 2 * e, gate)
+        block.experts["gate_up_proj"].load_slice("weight", 2 * e + 1, up)
+        block.experts["down_proj"].load_slice("weight", e, down[e])
+    return block
+
+
+def hf_block_like(block: SparseMoeBlock, top_k: int, renormalize: bool) -> Qwen3MoeSparseMoeBlock:
+    """transformers' Qwen3-MoE sparse block holding our block's weights."""
+    hf = Qwen3MoeSparseMoeBlock(hf_config(top_k, renormalize))
+    with torch.no_grad():
+        hf.gate.weight.copy_(block.gate.weight)
+        hf.experts.gate_up_proj.copy_(block.experts["gate_up_proj"].weight)
+        hf.experts.down_proj.copy_(block.experts["down_proj"].weight)
+    return hf
+
+
+# --- routing -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("renormalize", [True, False])
+@pytest.mark.parametrize("top_k", [1, 2, 3])
+def test_route_matches_the_transformers_router(top_k, renormalize):
+    router = Qwen3MoeTopKRouter(hf_config(top_k, renormalize))
+    g = torch.Generator().manual_seed(top_k)
+    router.weight.data.copy_(torch.randn(EXPERTS, HIDDEN, generator=g) / HIDDEN**0.5)
+    hidden = torch.randn(9, HIDDEN, generator=g)
+    with torch.no_grad():
+        logits, hf_weights, hf_ids = router(hidden)
+    weights, expert_ids = route(logits, top_k, renormalize)
+    assert torch.equal(expert_ids, hf_ids)
+    torch.testing.assert_close(weights.float(), hf_weights.float(), atol=1e-6, rtol=1e-6)
+    if renormalize:  # each token's weights sum to 1; without it, to less (k of 8 experts)
+        torch.testing.assert_close(weights.sum(dim=-1), torch.ones(9))
+    else:
+        assert bool((weights.sum(dim=-1) < 1 - 1e-3).all())
+
+
+# --- dispatch: sort by expert, run each expert, scatter back -------------------------------------
+
+
+@pytest.mark.parametrize("tokens,top_k", [(1, 2), (7, 2), (20, 3)])
+def test_sort_by_expert_groups_pairs_in_a_stable_order(tokens, top_k):
+    _, _, expert_ids = routed(tokens, top_k)
+    flat = expert_ids.flatten().tolist()
+    order, tokens_per_expert = sort_by_expert(expert_ids, EXPERTS)
+    assert order.tolist() == sorted(range(len(flat)), key=lambda pair: flat[pair])
+    assert tokens_per_expert.tolist() == [flat.count(e) for e in range(EXPERTS)]
+
+
+def test_expert_mlp_matches_transformers_mlp():
+    mlp = Qwen3MoeMLP(hf_config(), intermediate_size=INTERMEDIATE)
+    gate_up, down = random_experts()
+    with torch.no_grad():
+        mlp.gate_proj.weight.copy_(gate_up[3, :INTERMEDIATE])
+        mlp.up_proj.weight.copy_(gate_up[3, INTERMEDIATE:])
+        mlp.down_proj.weight.copy_(down[3])
+        x = torch.randn(5, HIDDEN, generator=torch.Generator().manual_seed(2))
+        torch.testing.assert_close(expert_mlp(x, gate_up[3], down[3]), mlp(x), atol=ATOL, rtol=0)
+
+
+def test_scatter_back_sums_weighted_outputs_into_their_tokens():
+    _, weights, expert_ids = routed(6, 3)
+    order = torch.randperm(18, generator=torch.Generator().manual_seed(3))  # any pair order
+    expert_out = torch.randn(18, HIDDEN, generator=torch.Generator().manual_seed(4))
+    expected = torch.zeros(6, HIDDEN)
+    for row, pair in enumerate(order.tolist()):
+        expected[pair // 3] += weights.flatten()[pair] * expert_out[row]
+    got = scatter_back(expert_out, order, weights, 6)
+    torch.testing.assert_close(got, expected, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("tokens,top_k", [(1, 2), (11, 2), (16, 3)])
+def test_moe_forward_torch_matches_the_dense_reference(tokens, top_k):
+    hidden, weights, expert_ids = routed(tokens, top_k)
+    gate_up, down = random_experts()
+    expected = dense_reference(hidden, gate_up, down, weights, expert_ids)
+    got = moe_forward_torch(hidden, gate_up, down, weights, expert_ids)
+    torch.testing.assert_close(got, expected, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("renormalize", [True, False])
+def test_sparse_block_matches_the_transformers_sparse_block(renormalize):
+    block = moe_block(2, renormalize)
+    hf = hf_block_like(block, 2, renormalize)
+    hidden = torch.randn(1, 12, HIDDEN, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        torch.testing.assert_close(block(hidden[0]), hf(hidden)[0], atol=ATOL, rtol=0)
+
+
+# --- loading: one checkpoint tensor per expert and projection ------------------------------------
+
+
+def test_expert_weights_load_each_experts_tensors_and_this_ranks_slice():
+    model = create_model(ModelConfig.from_dir(require_model(MODEL)), CPU, torch.float32)
+    load_weights(model, MODEL, progress=False)
+    with safe_open(MODEL / "model.safetensors", framework="pt") as f:
+        layer = next(i for i in range(2) if f"model.layers.{i}.mlp.gate.weight" in f.keys())
+        prefix = f"model.layers.{layer}.mlp.experts"
+        expert = EXPERTS - 1
+        gate, up, down = (
+            f.get_tensor(f"{prefix}.{expert}.{name}.weight")
+            for name in ("gate_proj", "up_proj", "down_proj")
+        )
+    experts = model.model.layers[layer].mlp.experts
+    assert torch.equal(experts["gate_up_proj"].weight[expert], torch.cat([gate, up]))
+    assert torch.equal(experts["down_proj"].weight[expert], down)
+    # Rank 1 of 2 keeps the second half of each expert's intermediate dimension.
+    set_tp_info(1, 2)
+    try:
+        half = ExpertWeights(EXPERTS, [gate.shape[0] // 2] * 2, gate.shape[1], 0)
+        half.load_slice("weight", 2 * expert + 1, up)
+        columns = ExpertWeights(EXPERTS, [down.shape[0]], down.shape[1] // 2, 1)
+        columns.load_slice("weight", expert, down)
+    finally:
+        set_tp_info(0, 1)
+    assert torch.equal(half.weight[expert, gate.shape[0] // 2 :], up[up.shape[0] // 2 :])
+    assert torch.equal(columns.weight[expert], down[:, down.shape[1] // 2 :])
+
+
+# --- the whole model: greedy parity with transformers --------------------------------------------
+
+
+def generate(**config: object) -> list[list[list[int]]]:
+    """Each prompt's greedy tokens, twice: the second round reuses the first's cached prefixes."""
+    llm = guarded_llm(require_model(MODEL), show_progress=False, **config)
+    try:
+        rounds = [llm.generate(encode(MODEL, PROMPTS), greedy(10)) for _ in range(2)]
+    finally:
+        llm.shutdown()
+    return [[o["token_ids"] for o in outputs] for outputs in rounds]
+
+
+def expected_tokens() -> list[list[list[int]]]:
+    once = [hf_greedy_cached(Path(MODEL), ids, 10) for ids in encode(MODEL, PROMPTS)]
+    return [once, once]
+
+
+def test_greedy_tokens_match_transformers_with_radix_chunked_prefill_and_overlap():
+    got = generate(cache_type="radix", max_extend_tokens=6, enable_overlap=True, max_running_req=4)
+    assert got == expected_tokens()
+
+
+def test_two_tensor_parallel_ranks_split_every_expert_and_match_transformers():
+    """Each of 2 rank processes holds half of every expert; the all-reduce adds the halves."""
+    llm = guarded_llm(require_model(MODEL), show_progress=False, tp_size=2, max_extend_tokens=6)
+    try:
+        got = [o["token_ids"] for o in llm.generate(encode(MODEL, PROMPTS), greedy(10))]
+    finally:
+        llm.shutdown()
+    assert got == expected_tokens()[0]
+
+
+def test_a_wrong_top_k_renormalization_breaks_parity(monkeypatch):
+    """The parity test above would catch a router that skips the renormalization."""
+    import minisgl.layers.moe as moe
+
+    real_route = moe.route
+    monkeypatch.setattr(moe, "route", lambda logits, k, _renormalize: real_route(logits, k, False))
+    got = generate(max_extend_tokens=6, enable_overlap=True, max_running_req=4)
+    assert got != expected_tokens()
+
+
+# --- the fused Triton kernel, in Triton's interpreter --------------------------------------------
+
+
+@pytest.mark.parametrize("tokens,top_k,block_m", [(1, 2, 16), (13, 2, 16), (40, 3, 16), (9, 2, 64)])
+def test_align_to_blocks_pads_each_expert_to_whole_blocks(tokens, top_k, block_m):
+    _, _, expert_ids = routed(tokens, top_k)
+    flat = expert_ids.flatten().tolist()
+    pair_ids, block_expert = align_to_blocks(expert_ids, EXPERTS, block_m)
+    blocks = pair_ids.view(-1, block_m).tolist()
+    assert len(blocks) == block_expert.numel()
+    seen = []
+    for block, expert in zip(blocks, block_expert.tolist()):
+        real = [pair for pair in block if pair != len(flat)]
+        if expert == -1:
+            assert not real, "an unused block holds pairs"
+            continue
+        assert real and all(flat[pair] == expert for pair in real), "a block mixes experts"
+        seen += real
+    assert sorted(seen) == list(range(len(flat))), "every pair appears exactly once"
+    used = [e for e in block_expert.tolist() if e != -1]
+    assert used == sorted(used) and block_expert.tolist()[: len(used)] == used
+    assert len(used) == sum(-(-flat.count(e) // block_m) for e in range(EXPERTS))
+
+
+@pytest.mark.parametrize("tokens,top_k", [(1, 2), (13, 2), (33, 3)])
+def test_fused_moe_kernel_matches_the_torch_path(tokens, top_k):
+    hidden, weights, expert_ids = routed(tokens, top_k)
+    gate_up, down = random_experts()
+    expected = moe_forward_torch(hidden, gate_up, down, weights, expert_ids)
+    got = fused_moe(hidden, gate_up, down, weights, expert_ids)
+    torch.testing.assert_close(got, expected, atol=ATOL, rtol=1e-5)

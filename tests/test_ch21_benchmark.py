@@ -1,0 +1,264 @@
+"""Chapter 21 tests: the benchmark package. A seeded workload is reproducible, within its bounds
+and the one the committed H200 results were measured on; latencies and percentiles come out of
+synthetic stream timestamps as the trace was built; the timing and the token accounting count
+only what they should; an offline run on tiny-qwen3 does the same work in the engine and in
+transformers; four concurrent streaming clients against a live server get sane figures."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ROOT, TINY_MODELS, require_model
+from server_fixture import LiveServer, start_server
+
+from minisgl.benchmark import (
+    WORKLOADS,
+    OfflineResult,
+    RequestResult,
+    WorkloadSpec,
+    make_workload,
+    percentile,
+    read_results,
+    run_engine,
+    run_load,
+    run_transformers,
+    speedups,
+    summarize,
+)
+from minisgl.benchmark.offline import requested_tokens, timed
+
+MODEL = TINY_MODELS["qwen3"]
+RESULTS = ROOT / "benchmark" / "results"
+
+
+def reference_percentile(values: list[float], q: int) -> float:
+    """The standard library's linear interpolation between ranks (q in 1..99)."""
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+# --- the seeded workload --------------------------------------------------------------------
+
+
+def test_a_workload_is_reproducible_and_each_seed_gives_its_own() -> None:
+    spec = WorkloadSpec(16, (4, 40), (2, 30))
+    first, again, other = make_workload(spec, 5), make_workload(spec, 5), make_workload(spec, 6)
+    assert (first.prompts, first.output_lens) == (again.prompts, again.output_lens)
+    assert (first.prompts, first.output_lens) != (other.prompts, other.output_lens)
+    random.seed(123)  # the global generator neither matters nor is touched
+    state = random.getstate()
+    assert make_workload(spec, 5).prompts == first.prompts
+    assert random.getstate() == state, "make_workload changed the global generator"
+
+
+def test_lengths_and_ids_stay_within_their_bounds_both_ends_included() -> None:
+    spec = WorkloadSpec(300, (1, 3), (5, 7), token_ids=(10, 12))
+    work = make_workload(spec, 0)
+    assert len(work.prompts) == len(work.output_lens) == spec.num_requests
+    assert {len(p) for p in work.prompts} == set(range(1, 4))
+    assert set(work.output_lens) == set(range(5, 8))
+    assert {i for p in work.prompts for i in p} == set(range(10, 13))
+
+
+def test_the_official_workload_is_the_one_the_committed_results_measured() -> None:
+    """The draw order (each prompt's length then its ids, then every output length) decides
+    which tokens the official workload has: the H200 results record their counts."""
+    recorded = {
+        (r["input_tokens"], r["output_tokens"])
+        for path in sorted(RESULTS.glob("*.jsonl"))
+        for r in read_results(path)
+        if r.get("workload") == "official"
+    }
+    assert recorded, "no official results under benchmark/results/"
+    work = make_workload(WORKLOADS["official"], 0)
+    assert {(work.input_tokens, work.output_tokens)} == recorded
+
+
+# --- latency metrics from stream timestamps -------------------------------------------------
+
+
+def synthetic_stream(rng: random.Random, pieces: int, tokens_per_piece: int = 1) -> dict:
+    """A stream built from its parts: when it was sent, its TTFT, its gaps and its tail."""
+    sent = rng.uniform(0, 10)
+    ttft = rng.uniform(0.05, 0.5)
+    gaps = [rng.uniform(0.001, 0.05) for _ in range(pieces - 1)]
+    tail = rng.uniform(0.001, 0.01)  # the [DONE] after the last piece
+    times = [sent + ttft]
+    for gap in gaps:
+        times.append(times[-1] + gap)
+    result = RequestResult(
+        ok=True,
+        sent_s=sent,
+        piece_s=times,
+        done_s=times[-1] + tail,
+        output_tokens=pieces * tokens_per_piece,
+    )
+    return {"result": result, "ttft": ttft, "gaps": gaps, "latency": times[-1] + tail - sent}
+
+
+def test_ttft_itl_and_latency_come_from_the_timestamps() -> None:
+    rng = random.Random(0)
+    for pieces in (1, 2, 9):
+        stream = synthetic_stream(rng, pieces)
+        result = stream["result"]
+        assert result.ttft_s == pytest.approx(stream["ttft"])
+        assert result.itl_s == pytest.approx(stream["gaps"])
+        assert len(result.itl_s) == pieces - 1
+        assert result.latency_s == pytest.approx(stream["latency"])
+
+
+def test_percentile_interpolates_linearly_between_ranks() -> None:
+    rng = random.Random(1)
+    for n in (2, 3, 10, 101):
+        values = [rng.expovariate(1.0) for _ in range(n)]
+        for q in (1, 25, 50, 90, 99):
+            assert percentile(values, q) == pytest.approx(reference_percentile(values, q)), (n, q)
+        assert percentile(values, 0) == min(values) and percentile(values, 100) == max(values)
+    assert percentile([4.0], 99) == 4.0
+    assert math.isnan(percentile([], 50))
+
+
+def test_summarize_pools_the_gaps_and_counts_only_successful_requests() -> None:
+    rng = random.Random(2)
+    streams = [synthetic_stream(rng, pieces, 2) for pieces in (1, 3, 6, 12)]
+    failed = RequestResult(ok=False, error="HTTP 500", sent_s=0.0, piece_s=[9.0], done_s=99.0)
+    failed.output_tokens = 1000
+    seconds = 7.5
+    summary = summarize([s["result"] for s in streams] + [failed], seconds)
+
+    tokens = sum(s["result"].output_tokens for s in streams)  # the server's counts, not pieces
+    assert summary["requests"] == 5 and summary["errors"] == 1
+    assert summary["output_tokens"] == tokens
+    assert summary["token_throughput"] == pytest.approx(tokens / seconds)
+    assert summary["request_throughput"] == pytest.approx(len(streams) / seconds)
+    pooled = {
+        "ttft": [s["ttft"] for s in streams],
+        "itl": [gap for s in streams for gap in s["gaps"]],
+        "latency": [s["latency"] for s in streams],
+    }
+    for name, values in pooled.items():
+        for q in (50, 90, 99):
+            expected = reference_percentile(values, q) * 1e3
+            assert summary[f"{name}_p{q}_ms"] == pytest.approx(expected), f"{name}_p{q}_ms"
+
+
+# --- offline accounting ---------------------------------------------------------------------
+
+
+def test_timed_leaves_the_warmup_out_and_waits_for_the_device() -> None:
+    calls: list[str] = []
+
+    def warmup() -> None:
+        calls.append("warmup")
+        time.sleep(1.0)
+
+    def run() -> str:
+        calls.append("run")
+        time.sleep(0.05)
+        return "value"
+
+    def sync() -> None:  # a device still busy with what was queued: 0.1 s to drain
+        calls.append("sync")
+        time.sleep(0.1)
+
+    value, seconds = timed(run, warmup, sync)
+    assert value == "value"
+    assert calls == ["warmup", "sync", "run", "sync"]
+    assert 0.15 <= seconds < 0.9, f"{seconds:.3f} s: run plus one sync, without the warm-up"
+
+
+def test_only_the_requested_tokens_of_a_static_batch_count() -> None:
+    rng = random.Random(3)
+    lens = [rng.randint(1, 12) for _ in range(6)]
+    rows = [[rng.randrange(100) for _ in range(max(lens))] for _ in lens]
+    kept = requested_tokens(rows, lens)
+    assert [len(k) for k in kept] == lens
+    assert all(k == row[: len(k)] for k, row in zip(kept, rows))
+    with pytest.raises(ValueError):
+        requested_tokens([[1, 2]], [3])
+
+
+def test_speedups_compare_throughputs_of_the_same_work() -> None:
+    work = [[1] * 3, [2] * 5]
+    base = OfflineResult("transformers", 4.0, work)
+    engine = OfflineResult("minisgl", 0.5, work)
+    ratios = speedups([base, engine])
+    assert ratios["transformers"] == pytest.approx(1.0)
+    assert ratios["minisgl"] == pytest.approx(engine.tokens_per_s / base.tokens_per_s)
+    assert speedups([engine]) == {}
+    with pytest.raises(ValueError):
+        speedups([base, OfflineResult("minisgl", 0.5, [[1] * 3, [2] * 4])])
+
+
+def test_an_offline_run_on_tiny_qwen3_does_the_same_work_in_the_engine_and_transformers() -> None:
+    model = require_model(MODEL)
+    work = make_workload(WorkloadSpec(6, (8, 40), (4, 20)), 1)
+    engine = run_engine(model, work, torch.float32, {}, "minisgl")
+    hf = run_transformers(model, work, torch.float32, batch_size=4)
+    for result in (engine, hf):
+        assert [len(t) for t in result.tokens] == work.output_lens, result.variant
+        assert result.output_tokens == work.output_tokens and result.seconds > 0
+    ratios = speedups([hf, engine])
+    assert ratios["minisgl"] == pytest.approx(engine.tokens_per_s / hf.tokens_per_s)
+
+
+# --- the online client against a live server ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[LiveServer]:
+    directory = Path(tempfile.mkdtemp(prefix="minisgl-ch21-"))
+    live = start_server(require_model(MODEL), directory / "server.log")
+    yield live
+    live.stop()
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def most_in_flight(results: list[RequestResult]) -> int:
+    """The largest number of requests between their sending and their stream's end at once."""
+    events = sorted([(r.sent_s, 1) for r in results] + [(r.done_s, -1) for r in results])
+    now = most = 0
+    for _, change in events:
+        now += change
+        most = max(most, now)
+    return most
+
+
+def test_four_concurrent_streams_against_a_live_server_give_sane_figures(server) -> None:  # noqa: ANN001
+    output_len, clients = 8, 4
+    results, seconds = asyncio.run(
+        run_load(
+            server.base_url,
+            server.model,
+            num_requests=8,
+            duration_s=None,
+            rate=math.inf,
+            concurrency=clients,
+            input_words=12,
+            output_len=output_len,
+            seed=0,
+            progress=False,
+        )
+    )
+    assert most_in_flight(results) == clients
+    for r in results:
+        assert r.ok, r.error
+        assert r.output_tokens == output_len
+        assert 0 < r.ttft_s <= r.latency_s
+        assert len(r.itl_s) == len(r.piece_s) - 1 and all(gap >= 0 for gap in r.itl_s)
+        assert r.ttft_s + sum(r.itl_s) <= r.latency_s + 1e-9
+    summary = summarize(results, seconds)
+    assert summary["errors"] == 0 and summary["output_tokens"] == 8 * output_len
+    assert summary["token_throughput"] == pytest.approx(8 * output_len / seconds)
+    for name in ("ttft", "itl", "latency"):
+        assert 0 <= summary[f"{name}_p50_ms"] <= summary[f"{name}_p90_ms"]
+        assert summary[f"{name}_p90_ms"] <= summary[f"{name}_p99_ms"] <= seconds * 1e3
