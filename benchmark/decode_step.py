@@ -26,25 +26,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from offline import RANDOM_MODEL, resolve_model  # noqa: E402
 
 
-def time_steps(llm, batch_size: int, context: int, warmup: int, steps: int) -> float:  # noqa: ANN001
-    """Mean wall time of one scheduler step in steady decode, in seconds."""
+def fill_decode_batch(scheduler, batch_size: int, context: int, max_tokens: int) -> None:  # noqa: ANN001
+    """Queue `batch_size` random prompts of `context` tokens and prefill them all: from here on
+    every step is a decode step of the whole batch."""
     from minisgl.core import SamplingParams
 
     rng = random.Random(batch_size)
-    scheduler = llm.scheduler
-    params = SamplingParams(max_tokens=warmup + steps + 4, ignore_eos=True)
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
     for _ in range(batch_size):
         scheduler.add_request([rng.randrange(10000) for _ in range(context)], params)
     while scheduler.prefill_manager.runnable:  # admit and prefill everyone
         scheduler.step()
-    for _ in range(warmup):
-        scheduler.step()
+
+
+def mean_step_seconds(scheduler, steps: int) -> float:  # noqa: ANN001
+    """Mean wall time of the next `steps` scheduler steps, the device drained at both ends."""
     torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(steps):
         scheduler.step()
     torch.cuda.synchronize()
-    elapsed = (time.perf_counter() - start) / steps
+    return (time.perf_counter() - start) / steps
+
+
+def time_steps(llm, batch_size: int, context: int, warmup: int, steps: int) -> float:  # noqa: ANN001
+    """Mean wall time of one scheduler step in steady decode, in seconds."""
+    scheduler = llm.scheduler
+    fill_decode_batch(scheduler, batch_size, context, warmup + steps + 4)
+    for _ in range(warmup):
+        scheduler.step()
+    elapsed = mean_step_seconds(scheduler, steps)
     while scheduler.has_work:
         scheduler.step()
     return elapsed

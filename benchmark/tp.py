@@ -30,6 +30,9 @@ from minisgl.benchmark.offline import release_gpu_memory, save_random_checkpoint
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from decode_step import fill_decode_batch, mean_step_seconds  # noqa: E402
+
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast off; the ranks inherit it
 ROOT = Path(__file__).resolve().parent.parent
 PROFILED_BATCH = 64  # decode batch of the all-reduce measurement
@@ -69,19 +72,10 @@ def decode_step_costs(llm: LLM, steps: int) -> dict[str, float]:
     """Milliseconds per decode step of a PROFILED_BATCH batch: wall time, and the device time
     of rank 0's all-reduces and all-gathers (profiled over `steps` more steps)."""
     scheduler = llm.scheduler
-    rng = torch.Generator().manual_seed(0)
-    params = SamplingParams(max_tokens=2 * steps + 8, ignore_eos=True)
-    for _ in range(PROFILED_BATCH):
-        ids = torch.randint(0, 10000, (PROFILED_PROMPT,), generator=rng).tolist()
-        scheduler.add_request(ids, params)
-    for _ in range(4):  # the prefill, then a few decode steps to settle
+    fill_decode_batch(scheduler, PROFILED_BATCH, PROFILED_PROMPT, 2 * steps + 8)
+    for _ in range(4):  # a few decode steps to settle
         scheduler.step()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(steps):
-        scheduler.step()
-    torch.cuda.synchronize()
-    wall_ms = (time.perf_counter() - start) * 1e3 / steps
+    wall_ms = mean_step_seconds(scheduler, steps) * 1e3
     activities = [torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=activities) as prof:
         for _ in range(steps):

@@ -7,6 +7,7 @@ Chapter tests import `minisgl` from whatever tree is first on sys.path (the refe
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 from functools import lru_cache
@@ -115,6 +116,18 @@ SCHEDULER_MAX_STEPS = 500  # a scheduler that has not finished by then is stuck
 def encode(model_dir: Path, prompts: list[str]) -> list[list[int]]:
     tokenizer = load_tokenizer(Path(model_dir))
     return [tokenizer.encode(p) for p in prompts]
+
+
+def shared_prefix_prompts(seed: int) -> list[list[int]]:
+    """Nine random prompts of token ids; every third starts with the same 20-token prefix, so
+    the radix cache has something to share."""
+    rng = random.Random(seed)
+    shared = [rng.randrange(10, 5000) for _ in range(20)]
+    return [
+        (shared if i % 3 == 0 else [])
+        + [rng.randrange(10, 5000) for _ in range(rng.randint(3, 60))]
+        for i in range(9)
+    ]
 
 
 def greedy(max_tokens: int):  # noqa: ANN201 - a minisgl SamplingParams

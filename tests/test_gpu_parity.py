@@ -7,13 +7,12 @@ tokens transformers gives (also on CUDA, in float32). Skipped without CUDA.
 
 from __future__ import annotations
 
-import random
 from functools import lru_cache
 
 import pytest
 import torch
 
-from conftest import TINY_MODELS, require_model
+from conftest import TINY_MODELS, require_model, shared_prefix_prompts
 from minisgl.core import SamplingParams
 
 pytestmark = [
@@ -32,13 +31,7 @@ MAX_TOKENS = 24
 
 
 def prompts() -> list[list[int]]:
-    rng = random.Random(7)
-    shared = [rng.randrange(10, 5000) for _ in range(20)]  # a prefix the radix cache can share
-    return [
-        (shared if i % 3 == 0 else [])
-        + [rng.randrange(10, 5000) for _ in range(rng.randint(3, 60))]
-        for i in range(9)
-    ]
+    return shared_prefix_prompts(7)
 
 
 @lru_cache(maxsize=1)

@@ -8,11 +8,10 @@ radix cache and chunked prefill on. Skipped unless two GPUs are visible.
 from __future__ import annotations
 
 import os
-import random
 
 import pytest
 import torch
-from conftest import TINY_MODELS, require_model
+from conftest import TINY_MODELS, require_model, shared_prefix_prompts
 
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
@@ -27,13 +26,7 @@ MODES = {"default": {}, "chunked": {"max_extend_tokens": 24}, "page-16": {"page_
 
 
 def prompts() -> list[list[int]]:
-    rng = random.Random(16)
-    shared = [rng.randrange(10, 5000) for _ in range(20)]  # a prefix the radix cache can share
-    return [
-        (shared if i % 3 == 0 else [])
-        + [rng.randrange(10, 5000) for _ in range(rng.randint(3, 60))]
-        for i in range(9)
-    ]
+    return shared_prefix_prompts(16)
 
 
 def generate(model: str, tp_size: int, mode: str) -> list[list[int]]:
