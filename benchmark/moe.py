@@ -4,6 +4,7 @@ minisgl (fused Triton experts) against transformers' `generate`, in one run.
     python benchmark/moe.py                        # the official workload, 256 requests
     python benchmark/moe.py --hf-requests 32       # transformers on the first 32 requests
     python benchmark/moe.py --num-layers 24        # half the layers, if memory or disk is short
+    python benchmark/moe.py --layer-only           # one layer's experts: fused kernel vs torch
 
 The model is built from a transformers `Qwen3MoeConfig` with Qwen3-30B-A3B's shape (48 layers,
 hidden 2048, 128 experts of intermediate 768, top 8, renormalized) directly on the GPU with a
@@ -110,6 +111,90 @@ def run_transformers_on_gpu(model: Path, work: Workload, batch_size: int) -> Off
     return OfflineResult("transformers", seconds, tokens)
 
 
+HBM_BYTES_PER_S = 4.3e12  # an H200's device-to-device copy, measured on the lent machines
+
+
+def time_layer(token_counts: list[int], json_path: Path | None) -> None:
+    """One Qwen3-30B-A3B layer's experts (random bf16), fused kernel against the torch path:
+    median milliseconds, and the time it takes just to read the weights of the experts the
+    tokens chose once (the floor of a memory-bound layer)."""
+    import triton.testing
+
+    from minisgl.kernels.fused_moe import fused_moe
+    from minisgl.layers.moe import moe_forward_torch, route
+
+    shape = QWEN3_30B_A3B
+    experts, hidden, inter = (
+        shape["num_experts"],
+        shape["hidden_size"],
+        shape["moe_intermediate_size"],
+    )
+    torch.manual_seed(0)
+    options = dict(device="cuda", dtype=torch.bfloat16)
+    gate_up = torch.randn(experts, 2 * inter, hidden, **options) * 0.02
+    down = torch.randn(experts, hidden, inter, **options) * 0.02
+    router = torch.randn(experts, hidden, **options) * 0.02
+    expert_bytes = 3 * hidden * inter * 2
+    print(
+        f"{'tokens':>7}{'experts':>8}{'fused ms':>10}{'torch ms':>10}{'speed-up':>9}"
+        f"{'floor ms':>10}{'rel err':>9}"
+    )
+    for tokens in token_counts:
+        x = torch.randn(tokens, hidden, **options)
+        weights, expert_ids = route(x @ router.T, shape["num_experts_per_tok"], True)
+        args = (x, gate_up, down, weights, expert_ids)
+        fused, reference = fused_moe(*args), moe_forward_torch(*args)
+        error = ((fused.float() - reference.float()).norm() / reference.float().norm()).item()
+        fused_ms = triton.testing.do_bench(lambda: fused_moe(*args), return_mode="median")
+        torch_ms = triton.testing.do_bench(lambda: moe_forward_torch(*args), return_mode="median")
+        touched = expert_ids.unique().numel()
+        floor_ms = touched * expert_bytes / HBM_BYTES_PER_S * 1e3
+        print(
+            f"{tokens:>7}{touched:>8}{fused_ms:>10.3f}{torch_ms:>10.3f}"
+            f"{torch_ms / fused_ms:>8.1f}x{floor_ms:>10.3f}{error:>9.1e}",
+            flush=True,
+        )
+        if json_path:
+            append_result(
+                json_path,
+                {
+                    "benchmark": "moe-layer",
+                    "model": "qwen3-30b-a3b-shape",
+                    "tokens": tokens,
+                    "experts_touched": touched,
+                    "fused_ms": fused_ms,
+                    "torch_ms": torch_ms,
+                    "weight_read_floor_ms": floor_ms,
+                    "relative_error": error,
+                    "device": torch.cuda.get_device_name(),
+                },
+            )
+
+
+def report(result: OfflineResult, args: argparse.Namespace) -> OfflineResult:
+    """Print one variant's line (as soon as it is measured) and append it to --json."""
+    print(
+        f"{result.variant:<14}{len(result.tokens):>9}{result.output_tokens:>11}"
+        f"{result.seconds:>9.2f}{result.tokens_per_s:>10.1f}",
+        flush=True,
+    )
+    if args.json:
+        append_result(
+            args.json,
+            {
+                "benchmark": "moe-offline",
+                "model": f"qwen3-30b-a3b-shape-{args.num_layers}-layers",
+                "workload": args.workload,
+                "variant": result.variant,
+                "device": torch.cuda.get_device_name(),
+                "requests": len(result.tokens),
+                "seconds": result.seconds,
+                "output_tokens": result.output_tokens,
+            },
+        )
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", choices=list(WORKLOADS), default="official")
@@ -118,10 +203,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=default_workdir())
     parser.add_argument("--hf-requests", type=int, default=32, help="0: skip transformers")
     parser.add_argument("--hf-batch-size", type=int, default=32)
+    parser.add_argument("--layer-only", action="store_true", help="time one layer's experts")
     parser.add_argument("--json", type=Path, help="also append each result as a JSON line here")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         parser.error("this benchmark needs a GPU (the model alone is about 61 GB in bf16)")
+    if args.layer_only:
+        time_layer([1, 16, 64, 256, 1024, 8192], args.json)
+        return 0
     model = build_random_moe(args.workdir, args.num_layers)
     work = make_workload(WORKLOADS[args.workload], args.seed)
     device = torch.cuda.get_device_name()
@@ -131,34 +220,17 @@ def main(argv: list[str] | None = None) -> int:
         f"and {work.output_tokens} output tokens, greedy, ignore_eos, seed {args.seed}",
         flush=True,
     )
-    results = [run_engine(model, work, torch.bfloat16, {}, "minisgl")]
+    print(
+        f"{'variant':<14}{'requests':>9}{'out tokens':>11}{'seconds':>9}{'tok/s':>10}", flush=True
+    )
+    results = [report(run_engine(model, work, torch.bfloat16, {}, "minisgl"), args)]
     subset = replace(
         work,
         prompts=work.prompts[: args.hf_requests],
         output_lens=work.output_lens[: args.hf_requests],
     )
     if args.hf_requests:
-        results.append(run_transformers_on_gpu(model, subset, args.hf_batch_size))
-    print(f"{'variant':<14}{'requests':>9}{'out tokens':>11}{'seconds':>9}{'tok/s':>10}")
-    for result in results:
-        print(
-            f"{result.variant:<14}{len(result.tokens):>9}{result.output_tokens:>11}"
-            f"{result.seconds:>9.2f}{result.tokens_per_s:>10.1f}"
-        )
-        if args.json:
-            append_result(
-                args.json,
-                {
-                    "benchmark": "moe-offline",
-                    "model": f"qwen3-30b-a3b-shape-{args.num_layers}-layers",
-                    "workload": args.workload,
-                    "variant": result.variant,
-                    "device": device,
-                    "requests": len(result.tokens),
-                    "seconds": result.seconds,
-                    "output_tokens": result.output_tokens,
-                },
-            )
+        results.append(report(run_transformers_on_gpu(model, subset, args.hf_batch_size), args))
     if len(results) == 2:
         engine, hf = results
         ratio = engine.tokens_per_s / hf.tokens_per_s

@@ -7,7 +7,8 @@
 #   benchmark/run_gpu.sh kernels,online,moe                  # chapter 19 ablation, online, MoE
 #   benchmark/run_gpu.sh tp                                  # on nvidia-h200-x2: TP=1 and TP=2
 #
-# Expects flashinfer wheels in .whl/ (see benchmark/gpu_report.md) and models/tiny-qwen3.
+# Expects the wheels in .whl/ and the SmolLM2 tokenizer files in .gpu/tokenizer/ (see
+# benchmark/gpu_report.md): the tiny checkpoints are rebuilt there, byte for byte as here.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-build/gpu_out}
@@ -20,6 +21,9 @@ export FLASHINFER_WORKSPACE_BASE=$PWD/.ficache
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD/solutions
+if [[ ! -f models/tiny-qwen3-moe/.provisioned ]]; then
+  python3 tools/provision.py tiny --tokenizer-from .gpu/tokenizer || exit 1
+fi
 { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv;
   python3 -c 'import torch, transformers, flashinfer; print("torch", torch.__version__,
   "transformers", transformers.__version__, "flashinfer", flashinfer.__version__)'; } \
@@ -53,7 +57,7 @@ for stage in ${STAGES//,/ }; do
     moe)  # chapter 20: Qwen3-30B-A3B shape, engine and transformers in one run
       python3 benchmark/moe.py --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/moe.log" ;;
     tp)  # chapter 16, two GPUs: Qwen3-8B shape at TP=1 and TP=2, all-reduce time per step
-      python3 benchmark/tp.py --tp 1,2 --checkpoint build/qwen3-8b-random \
+      python3 benchmark/tp.py --tp 1,2 --checkpoint build/qwen3-8b-random ${TP_ARGS:-} \
           --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/tp.log" ;;
     timeline)
       python3 benchmark/overlap_timeline.py --out "$OUT/overlap_h200.svg" \

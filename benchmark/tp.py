@@ -90,7 +90,9 @@ def decode_step_costs(llm: LLM, steps: int) -> dict[str, float]:
     }
 
 
-def run(model: Path, work: Workload, tp: int, settings: dict[str, object], steps: int) -> dict:
+def run(
+    model: Path, work: Workload, tp: int, settings: dict[str, object], steps: int, progress: bool
+) -> dict:
     """Throughput of the workload and the decode-step costs at tensor-parallel size `tp`."""
     params = [SamplingParams(max_tokens=o, ignore_eos=True) for o in work.output_lens]
     with LLM(
@@ -100,7 +102,7 @@ def run(model: Path, work: Workload, tp: int, settings: dict[str, object], steps
         max_running_req=max(len(work.prompts), PROFILED_BATCH),
         max_seq_len=work.longest + 16,
         page_size=16,
-        show_progress=False,
+        show_progress=progress,
         **settings,
     ) as llm:
         _, seconds = timed(
@@ -119,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=20, help="decode steps measured")
     parser.add_argument("--no-graphs", action="store_true", help="cuda_graph_max_bs=0")
+    parser.add_argument("--progress", action="store_true", help="progress bars (loading, steps)")
     parser.add_argument("--checkpoint", type=Path, help="reuse (or keep) the checkpoint here")
     parser.add_argument("--json", type=Path, help="also append each result as a JSON line here")
     args = parser.parse_args(argv)
@@ -148,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{'step ms':>8}{'all-reduce ms':>15}{'all-gather ms':>15}"
         )
         for tp in sizes:
-            result = run(model, work, tp, settings, args.steps)
+            result = run(model, work, tp, settings, args.steps, args.progress)
             print(
                 f"{tp:>3}{result['seconds']:>9.1f}{result['tokens_per_s']:>10.0f}"
                 f"{'':>18}{result['step_ms']:>8.2f}{result['all_reduce_ms']:>15.3f}"

@@ -169,12 +169,12 @@ def provision_smollm2() -> None:
     )
 
 
-def provision_tiny(name: str) -> None:
+def provision_tiny(name: str, tokenizer_dir: Path = SMOLLM2_DIR) -> None:
     target = MODELS / name
     if is_done(target):
         print(f"[provision] {target.relative_to(ROOT)} is ready (nothing to do)")
         return
-    if not is_done(SMOLLM2_DIR):
+    if tokenizer_dir == SMOLLM2_DIR and not is_done(SMOLLM2_DIR):
         raise ProvisionError(
             "the tiny checkpoints reuse the SmolLM2 tokenizer: "
             "run `python tools/provision.py smollm2` first"
@@ -184,7 +184,7 @@ def provision_tiny(name: str) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     config_class_name, extra = TINY_MODELS[name]
-    tokenizer = AutoTokenizer.from_pretrained(SMOLLM2_DIR)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     config = getattr(transformers, config_class_name)(
         vocab_size=len(tokenizer), **TINY_COMMON, **extra
     )
@@ -204,13 +204,19 @@ def provision_tiny(name: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", nargs="?", choices=["all", "smollm2", "tiny"], default="all")
+    parser.add_argument(
+        "--tokenizer-from",
+        type=Path,
+        default=SMOLLM2_DIR,
+        help="the SmolLM2 tokenizer files alone, for a machine without the model (a GPU machine)",
+    )
     args = parser.parse_args()
     try:
         if args.what in ("all", "smollm2"):
             provision_smollm2()
         if args.what in ("all", "tiny"):
             for name in TINY_MODELS:
-                provision_tiny(name)
+                provision_tiny(name, args.tokenizer_from)
     except ProvisionError as error:
         print(f"[provision] error: {error}", file=sys.stderr)
         return 1

@@ -6,7 +6,7 @@ collectives are the only places where ranks exchange activations. Until `set_tp_
 return their input.
 """
 
-from .comm import all_gather, all_reduce
+from .comm import all_gather, all_reduce, min_over_ranks
 from .group import RankDiedError, RankProcesses, init_tp_group, leave_tp_group
 from .info import TPInfo, get_tp_info, set_tp_info
 from .shard import HeadShard, head_shard, split_range, vocab_block
@@ -22,6 +22,7 @@ __all__ = [
     "head_shard",
     "init_tp_group",
     "leave_tp_group",
+    "min_over_ranks",
     "set_tp_info",
     "split_range",
     "vocab_block",

@@ -7,6 +7,7 @@ the batch's inputs; the engine runs the model on it and samples one token per re
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 from typing import TYPE_CHECKING, Callable, NamedTuple, cast
 
@@ -169,6 +170,15 @@ class Engine:
         runner.capture()
         return runner
 
+    def drop_graphs(self) -> None:
+        """Free the captured decode graphs (eager forwards from now on).
+
+        A tensor-parallel rank calls this before it leaves its group: the graphs hold NCCL
+        work captured on the group's communicator, and destroying the group under live
+        graphs hung on two H200s."""
+        self.graph_runner = None
+        gc.collect()
+
     def _pages_that_fit(self) -> int:
         """How many KV pages the budget holds (free GPU memory share, or kv_cache_gib on CPU)."""
         if self.device.type == "cuda":
@@ -176,7 +186,12 @@ class Engine:
             budget = free_bytes * self.config.gpu_memory_fraction
         else:
             budget = self.config.kv_cache_gib * 2**30
-        return max(1, int(budget // (self.kv_bytes_per_token * self.page_size)))
+        pages = max(1, int(budget // (self.kv_bytes_per_token * self.page_size)))
+        if self.config.tp_size == 1:
+            return pages
+        from minisgl.distributed import min_over_ranks
+
+        return min_over_ranks(pages)  # every rank's scheduler must see the same pool
 
     def check_request_fits(self, prompt_len: int, max_tokens: int) -> None:
         """Raise RequestTooLongError if a request could never be served by this engine.

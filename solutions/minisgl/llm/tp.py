@@ -80,14 +80,22 @@ class TPScheduler(Scheduler):
             raise
 
     def close(self) -> None:
-        """Tell the other ranks to exit, wait for them (killing stragglers), leave the group."""
+        """Tell the other ranks to exit and leave the group with them; wait for them (killing
+        stragglers). If a rank is already gone, stop the rest first, then leave."""
         atexit.unregister(self.close)
+        group_intact = self.io is not None
         if self.io is not None:
             try:
                 self.io.broadcast([ExitMsg()])
             except RuntimeError:  # a rank is already gone: stop() below kills the rest
-                pass
+                group_intact = False
             self.io = None
-        self.ranks.stop()
-        leave_tp_group()
+        if group_intact:
+            if hasattr(self, "engine"):  # built: __init__ may have failed before
+                self.engine.drop_graphs()  # before the group goes (Engine.drop_graphs says why)
+            leave_tp_group()  # while the other ranks leave it too, as they exit
+            self.ranks.stop()
+        else:
+            self.ranks.stop()
+            leave_tp_group()
         shutil.rmtree(self.directory, ignore_errors=True)

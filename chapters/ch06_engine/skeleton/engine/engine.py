@@ -7,6 +7,7 @@ the batch's inputs; the engine runs the model on it and samples one token per re
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 from typing import TYPE_CHECKING, Callable, NamedTuple, cast
 
@@ -168,6 +169,15 @@ class Engine:
         runner = GraphRunner(self.model, self.ctx, backend, max_batch_size, self.num_pages)
         runner.capture()
         return runner
+
+    def drop_graphs(self) -> None:
+        """Free the captured decode graphs (eager forwards from now on).
+
+        A tensor-parallel rank calls this before it leaves its group: the graphs hold NCCL
+        work captured on the group's communicator, and destroying the group under live
+        graphs hung on two H200s."""
+        self.graph_runner = None
+        gc.collect()
 
     def _pages_that_fit(self) -> int:
         """How many KV pages the budget holds (free GPU memory share, or kv_cache_gib on CPU)."""

@@ -1,4 +1,4 @@
-"""The two collectives a tensor-parallel decoder needs.
+"""The two collectives a tensor-parallel decoder needs, and one the ranks agree with.
 
 They run on the ranks' tensor group: NCCL on CUDA (a group of its own, with a short timeout so
 that a dead rank cannot hang the others), and the default gloo group on the CPU.
@@ -40,3 +40,17 @@ def all_gather(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     pieces = [torch.empty_like(x) for _ in range(size)]
     dist.all_gather(pieces, x, group=_tensor_group)
     return torch.cat(pieces, dim=dim)
+
+
+def min_over_ranks(value: int) -> int:
+    """The smallest `value` of all ranks (on the default gloo group, from the CPU).
+
+    What a rank sizes from its own free memory (the KV pool) must be the same on every rank:
+    each rank runs its own scheduler, and pools of different sizes would admit different
+    batches, after which the ranks' collectives no longer pair up and the group hangs.
+    """
+    if get_tp_info().size == 1:
+        return value
+    box = torch.tensor([value], dtype=torch.int64)
+    dist.all_reduce(box, op=dist.ReduceOp.MIN)
+    return int(box.item())

@@ -145,6 +145,7 @@ def run_scheduler(
     else:
         dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size)
     io = SchedulerIO(inbox_address, outbox_address, rank, dist.group.WORLD)
+    scheduler: Scheduler | None = None
     try:
         scheduler = Scheduler(config)
         if ready is not None:
@@ -152,4 +153,6 @@ def run_scheduler(
         serve(scheduler, io)
     finally:
         io.close()
+        if scheduler is not None:
+            scheduler.engine.drop_graphs()  # before the group goes (Engine.drop_graphs says why)
         dist.destroy_process_group()
