@@ -74,7 +74,7 @@ official = [
     r
     for path in sorted((ROOT / "benchmark" / "results").glob("*.jsonl"))
     for r in read_results(path)
-    if r.get("workload") == "official"
+    if r.get("benchmark") == "offline" and r.get("workload") == "official"
 ]
 spec = WORKLOADS["official"]
 print(
