@@ -15,16 +15,19 @@
 # CPU. Rank 0 holds about half of the weights and caches the keys and values of its own KV
 # heads only, and the two ranks generate exactly the tokens one process does. Last, we count
 # the collectives rank 0 runs per forward: two all-reduces per layer, one for the embedding,
-# and one all-gather for the logits.
+# and one all-gather for the logits. Then the same engine on two H200s over NCCL: the committed
+# results of `benchmark/tp.py`, a Qwen3-8B-shaped model at TP=1 and TP=2.
 
 # %%
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from pathlib import Path
 from typing import Callable
 
+from minisgl.benchmark import read_results_dir
 from minisgl.core import SamplingParams
 from minisgl.distributed import TPInfo, head_shard, split_range, vocab_block
 from minisgl.layers import parallel as parallel_layers
@@ -97,6 +100,37 @@ def main() -> None:
             f"{counts['all_reduce']} all-reduces = {forwards} x ({c.num_layers} layers x 2 + 1 "
             f"for the embedding), {counts['all_gather']} all-gathers of the logits"
         )
+    h200_results()
+
+
+def h200_results() -> None:
+    """The committed two-H200 runs of benchmark/tp.py, and the page's figure of them."""
+    runs = read_results_dir(ROOT / "benchmark" / "results", benchmark="tp")
+    one = next(r for r in runs if r["tp"] == 1)
+    print(f"\non two H200s (benchmark/results/): $ {one['command']}\n  {one['machine']}")
+    for r in runs:
+        print(
+            f"  TP={r['tp']}: {r['seconds']:.1f} s, {r['tokens_per_s']:,.0f} output tok/s "
+            f"({r['tokens_per_s'] / one['tokens_per_s']:.2f}x TP=1), decode step at batch 64 "
+            f"{r['step_ms']:.2f} ms, of which all-reduce {r['all_reduce_ms']:.3f} ms and "
+            f"all-gather {r['all_gather_ms']:.3f} ms"
+        )
+    if os.environ.get("MINISGL_CAPTURE_DIR"):  # the page's figure
+        figure = {
+            "unit": "output tok/s",
+            "bars": [
+                {"label": f"TP={r['tp']}", "value": r["tokens_per_s"], "peer": r["tp"] == 1}
+                for r in runs
+            ],
+            "caption": (
+                "Output tokens per second of the official workload (256 requests, lengths "
+                "uniform in [100, 1024]) on a Qwen3-8B-shaped model with random bf16 weights, "
+                "on one H200 (TP=1) and split over two (TP=2, NCCL), CUDA graphs on; from "
+                "benchmark/results/."
+            ),
+        }
+        out = Path(os.environ["MINISGL_CAPTURE_DIR"]) / "ch16_tp.h200.json"
+        out.write_text(json.dumps(figure, indent=1))
 
 
 if __name__ == "__main__":

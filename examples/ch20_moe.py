@@ -15,10 +15,13 @@
 # take one prompt's routing apart: the top-2 experts and weights of each token, the sorted
 # order that groups the pairs by expert, and the padded block layout the fused Triton kernel
 # runs on, whose output we compare with the torch path (in Triton's interpreter, on the CPU).
+# Last, the same kernel compiled for an H200 at Qwen3-30B-A3B's shapes: the committed results
+# of `benchmark/moe.py`, per layer and for the official offline workload.
 
 # %%
 from __future__ import annotations
 
+import json
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # the Triton kernel runs on CPU tensors here
@@ -28,6 +31,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from minisgl.benchmark import read_results_dir
 from minisgl.core import SamplingParams
 from minisgl.kernels.fused_moe import align_to_blocks, fused_moe
 from minisgl.layers.moe import SparseMoeBlock, moe_forward_torch, route, sort_by_expert
@@ -114,6 +118,48 @@ def main() -> None:
     fused_out = fused_moe(hidden, gate_up, down, weights, expert_ids)
     close = torch.allclose(fused_out, torch_out, atol=1e-5, rtol=1e-5)
     print(f"\nfused Triton kernel (interpreter) equals the torch path within 1e-5: {close}")
+    h200_results()
+
+
+def h200_results() -> None:
+    """The committed H200 runs of benchmark/moe.py, and the page's figure of the layer times."""
+    results = ROOT / "benchmark" / "results"
+    layers = read_results_dir(results, benchmark="moe-layer")
+    print(f"\none MoE layer's experts on an H200 (benchmark/results/): $ {layers[0]['command']}")
+    for r in layers:
+        print(
+            f"  {r['tokens']:>5} tokens ({r['experts_touched']:>3} experts touched): fused "
+            f"{r['fused_ms']:.3f} ms, torch {r['torch_ms']:.3f} ms, "
+            f"{r['torch_ms'] / r['fused_ms']:.1f}x; weight-read floor "
+            f"{r['weight_read_floor_ms']:.3f} ms; relative error {r['relative_error']:.1e}"
+        )
+    offline = read_results_dir(results, benchmark="moe-offline")
+    print(f"the offline workload, {offline[0]['model']}: $ {offline[0]['command']}")
+    for r in offline:
+        print(
+            f"  {r['variant']:<13} {r['requests']} requests, {r['output_tokens']:,} output "
+            f"tokens in {r['seconds']:.1f} s: {r['output_tokens'] / r['seconds']:,.0f} tok/s"
+        )
+    if os.environ.get("MINISGL_CAPTURE_DIR"):  # the page's figure
+        figure = {
+            "unit": "ms",
+            "bars": [
+                {
+                    "label": f"batch of {r['tokens']}, {path}",
+                    "value": r[f"{path}_ms"],
+                    "peer": peer,
+                }
+                for r in layers
+                for path, peer in (("fused", False), ("torch", True))
+            ],
+            "caption": (
+                "Time of one Qwen3-30B-A3B-shaped MoE layer's experts (128 experts, top 8, "
+                "bf16) on an H200 for a batch of N tokens: the fused Triton kernel against the "
+                "torch path (a loop over experts); from benchmark/results/."
+            ),
+        }
+        out = Path(os.environ["MINISGL_CAPTURE_DIR"]) / "ch20_moe.h200.json"
+        out.write_text(json.dumps(figure, indent=1))
 
 
 if __name__ == "__main__":

@@ -602,32 +602,29 @@ def cache_req_regions(data: dict) -> tuple[str, str]:
     return svg(width, height, body, caption), caption
 
 
-# --- chapter 21: output tokens/s of the official workload on an H200 --------------------------
+# --- chapters 16, 20, 21: measured figures from benchmark/results/, as bars -----------------
 
 
+@drawing("ch16_tp.h200")
+@drawing("ch20_moe.h200")
 @drawing("ch21_benchmark.h200")
-def h200_throughput(data: list) -> tuple[str, str]:
-    left, bar, gap, scale_width = 190, 22, 8, 420
-    fastest = max(row["tokens_per_s"] for row in data)
-    height = 20 + len(data) * (bar + gap)
+def measured_bars(data: dict) -> tuple[str, str]:
+    """One bar per measurement, the peer's (transformers, torch code) in a second color."""
+    left, bar, gap, scale_width = 230, 22, 8, 400
+    largest = max(row["value"] for row in data["bars"])
+    height = 20 + len(data["bars"]) * (bar + gap)
     body: list[str] = []
-    for i, row in enumerate(data):
+    for i, row in enumerate(data["bars"]):
         y = 10 + i * (bar + gap)
-        run = row["run"].split(",")[0]
-        color = COLORS["waiting"] if row["variant"] == "transformers" else COLORS["prefill"]
-        length = scale_width * row["tokens_per_s"] / fastest
+        color = COLORS["waiting"] if row["peer"] else COLORS["prefill"]
+        length = max(1.0, scale_width * row["value"] / largest)
+        value = f"{row['value']:,.{0 if row['value'] >= 100 else 2}f} {data['unit']}"
         body += [
-            text(left - 8, y + 15, f"{row['variant']} (run {run})", 12, "end"),
-            rect(left, y, length, bar, color, f"{row['tokens_per_s']:,.0f} output tokens/s"),
-            text(left + length + 6, y + 15, f"{row['tokens_per_s']:,.0f} tok/s", 11),
+            text(left - 8, y + 15, row["label"], 12, "end"),
+            rect(left, y, length, bar, color, value),
+            text(left + length + 6, y + 15, value, 11),
         ]
-    caption = (
-        "Output tokens per second on the official workload (256 requests, lengths uniform in "
-        "[100, 1024]) on one H200, from benchmark/results/: the engine with everything on, "
-        "with CUDA graphs or overlap scheduling off (run A), and the engine against "
-        "transformers' generate in the same run (run B)."
-    )
-    return svg(left + scale_width + 110, height, body, caption), caption
+    return svg(left + scale_width + 130, height, body, data["caption"]), data["caption"]
 
 
 # --- chapter 17: a batch in FlashInfer's CSR form ---------------------------------------------

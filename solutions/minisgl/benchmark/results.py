@@ -57,3 +57,14 @@ def append_result(path: Path, record: dict[str, Any]) -> dict[str, Any]:
 def read_results(path: Path) -> list[dict[str, Any]]:
     """Every record of a JSON-lines results file, in order."""
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def read_results_dir(folder: Path, **fields: Any) -> list[dict[str, Any]]:
+    """The records of every results file in `folder` (in name order) whose `fields` match,
+    e.g. read_results_dir(folder, benchmark="tp")."""
+    return [
+        record
+        for path in sorted(folder.glob("*.jsonl"))
+        for record in read_results(path)
+        if all(record.get(key) == value for key, value in fields.items())
+    ]
