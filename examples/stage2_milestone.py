@@ -16,23 +16,34 @@
 # 1. throughput: many requests in one `generate` call;
 # 2. the radix cache: prompt tokens computed vs total, for requests sharing a system prompt;
 # 3. chunked prefill: how a long prompt is cut into steps under a token budget;
-# 4. baselines: 1 again with overlap off, 2 again with the naive cache.
+# 4. baselines: 1 again with overlap off and with stage 1's loop (one static batch, assembled
+#    by hand, imported from `stage1_milestone.py`), 2 again with the naive cache.
 
 # %%
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
 from transformers import AutoTokenizer
 
 from minisgl.core import SamplingParams
+from minisgl.engine import Engine, EngineConfig
 from minisgl.llm import LLM
 from minisgl.utils import exit_on_error
 
-ROOT = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd()
+ROOT = (
+    Path(__file__).resolve().parent.parent
+    if "__file__" in globals()  # a script
+    else Path.cwd().parent
+    if Path.cwd().name == "examples"
+    else Path.cwd()
+)  # a notebook
 MODEL = os.environ.get("MINISGL_MODEL", str(ROOT / "models" / "SmolLM2-135M-Instruct"))
+sys.path.insert(0, str(ROOT / "examples"))
+from stage1_milestone import generate_hand_batched  # noqa: E402  (stage 1's loop)
 
 TOPICS = [
     "the ocean",
@@ -56,6 +67,8 @@ SYSTEM = (
     "You are a concise science teacher. Explain things to a curious twelve-year-old in "
     "two plain sentences, with one concrete example, and never invent facts."
 )
+PROMPTS = [f"Here is a short fact about {topic}:" for topic in TOPICS]
+FACTS = SamplingParams(max_tokens=32, ignore_eos=True)  # the throughput workload's parameters
 BUDGET = 64
 
 
@@ -70,10 +83,21 @@ def chat(tokenizer, question: str) -> list[int]:  # noqa: ANN001 - a transformer
 
 def throughput(llm: LLM) -> tuple[list[dict], float]:
     """Sixteen short prompts, 32 tokens each, in one call: the outputs and the seconds."""
-    prompts = [f"Here is a short fact about {topic}:" for topic in TOPICS]
     start = time.perf_counter()
-    outputs = llm.generate(prompts, SamplingParams(max_tokens=32, ignore_eos=True))
+    outputs = llm.generate(PROMPTS, FACTS)
     return outputs, time.perf_counter() - start
+
+
+def hand_batched(tokenizer) -> tuple[list[list[int]], int, float]:  # noqa: ANN001
+    """The throughput workload through stage 1's loop: no scheduler, one static batch of all
+    sixteen prompts on a fresh engine. The generated ids, the steps and the seconds."""
+    engine = Engine(
+        EngineConfig(MODEL, max_running_req=len(PROMPTS), num_pages=1024, show_progress=False)
+    )
+    ids = [tokenizer.encode(p) for p in PROMPTS]
+    start = time.perf_counter()
+    outputs, log = generate_hand_batched(engine, ids, FACTS)
+    return outputs, len(log), time.perf_counter() - start
 
 
 def shared_prompt(llm: LLM, tokenizer) -> tuple[int, int, float]:  # noqa: ANN001
@@ -95,13 +119,13 @@ def main() -> None:
         stats = llm.scheduler.stats
         # 1. Throughput.
         outputs, elapsed = throughput(llm)
-        tokens = sum(len(o["token_ids"]) for o in outputs)
+        tokens, steps = sum(len(o["token_ids"]) for o in outputs), len(stats.steps)
         print(
-            f"1. {len(outputs)} requests, {tokens} tokens in {len(stats.steps)} steps, "
+            f"1. {len(outputs)} requests, {tokens} tokens in {steps} steps, "
             f"{elapsed:.2f} s: {tokens / elapsed:.1f} tokens/s"
         )
-        for topic, out in list(zip(TOPICS, outputs))[:3]:
-            print(f"   {f'Here is a short fact about {topic}:'!r} -> {out['text']!r}")
+        for prompt, out in list(zip(PROMPTS, outputs))[:3]:
+            print(f"   {prompt!r} -> {out['text']!r}")
 
         # 2. Radix cache: one request first, then the rest share its system prompt.
         computed, total, radix_time = shared_prompt(llm, tokenizer)
@@ -124,15 +148,24 @@ def main() -> None:
         llm.scheduler.cache_manager.check_integrity()
         print("\nintegrity check passed: every KV page is free or cached")
 
-    # 4. Baselines, measured in this run: the same workloads with one mechanism switched off.
+    # 4. Baselines, measured in this run: the same workloads with one mechanism switched off,
+    # and the throughput workload with no scheduler at all (stage 1's hand-assembled batch).
     with LLM(MODEL, max_extend_tokens=BUDGET, enable_overlap=False, show_progress=False) as llm:
         outputs_off, elapsed_off = throughput(llm)
+    outputs_static, steps_static, static_time = hand_batched(tokenizer)
     with LLM(MODEL, max_extend_tokens=BUDGET, cache_type="naive", show_progress=False) as llm:
         computed_naive, _, naive_time = shared_prompt(llm, tokenizer)
+    tokens_static = sum(len(o) for o in outputs_static)
     same = [o["token_ids"] for o in outputs_off] == [o["token_ids"] for o in outputs]
+    same_static = outputs_static == [o["token_ids"] for o in outputs]
     print(
         f"\n4. baselines: overlap off, {tokens / elapsed_off:.1f} tokens/s "
         f"(on: {tokens / elapsed:.1f} tokens/s), same tokens: {same}"
+    )
+    print(
+        f"   stage 1 milestone (one static batch, hand-assembled): {tokens_static} output tokens "
+        f"in {steps_static} steps, {static_time:.2f} s: {tokens_static / static_time:.1f} tokens/s "
+        f"(scheduler: {tokens / elapsed:.1f} tokens/s in {steps} steps), same tokens: {same_static}"
     )
     print(
         f"   naive cache, {computed_naive} of {total} prompt tokens computed in "
