@@ -12,10 +12,12 @@ seconds have passed. Each one streams /v1/completions with `ignore_eos`, so it g
 exactly `--output-len` tokens (`transformers serve` refuses `ignore_eos`: its requests may stop
 early at EOS, and its token counts come from `usage`). Reported: time to first token (TTFT),
 inter-token latency (ITL, the gaps between streamed pieces) and end-to-end latency, p50 and
-p99, request and token throughput, errors. Against a minisgl server it then reads /metrics
-once the server is idle: no request left running, no KV page still in use, and the integrity
-check passed. The client and the metrics are minisgl.benchmark's (chapter 21); this script
-starts and stops the servers.
+p99, request and token throughput, errors. Each server first answers one short request, timed
+apart: `transformers serve` builds its continuous-batching manager on the first request it
+gets, a one-off that would otherwise land in the first TTFTs. Against a minisgl server it then
+reads /metrics once the server is idle: no request left running, no KV page still in use, and
+the integrity check passed. The client and the metrics are minisgl.benchmark's (chapter 21);
+this script starts and stops the servers.
 """
 
 from __future__ import annotations
@@ -72,6 +74,18 @@ def idle_metrics(url: str, headers: dict[str, str] | None = None) -> dict[str, f
         busy = values["minisgl_running_requests"] + values["minisgl_waiting_requests"]
         if (busy == 0 and values["minisgl_integrity_ok"] != -1) or time.monotonic() > deadline:
             return values
+
+
+def warm_up(url: str, model: str, headers: dict[str, str] | None) -> float:
+    """One short completion before the load, so that one-off setup stays out of the figures;
+    returns its seconds."""
+    body = {"model": model, "prompt": "Hello", "max_tokens": 4}
+    start = time.perf_counter()
+    response = httpx.post(
+        f"{url}/v1/completions", json=body, headers=headers, timeout=STARTUP_TIMEOUT_S
+    )
+    response.raise_for_status()
+    return time.perf_counter() - start
 
 
 def free_port() -> int:
@@ -150,6 +164,7 @@ def run_one(
     extra: dict | None = None,
 ) -> dict[str, float]:
     """The load against one server: its summary, printed, and the idle check if it has one."""
+    warm_up_s = warm_up(url, model, headers)
     results, seconds = asyncio.run(
         run_load(
             url,
@@ -167,6 +182,7 @@ def run_one(
     )
     summary = summarize(results, seconds)
     print_summary(name, summary)
+    print(f"  warm-up     one request before the load: {warm_up_s:.1f} s")
     for error in sorted({r.error for r in results if not r.ok})[:5]:
         print(f"  error: {error}")
     metrics = idle_metrics(url, headers)

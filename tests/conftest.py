@@ -32,7 +32,8 @@ sys.path.insert(0, str(ROOT / "examples"))
 def require_model(path: Path) -> Path:
     if not (path / "config.json").is_file():
         pytest.fail(
-            f"model {path.name} is not provisioned: run `python tools/provision.py`", pytrace=False
+            f"model {path.name} is not provisioned: run `.venv/bin/python tools/provision.py`",
+            pytrace=False,
         )
     return path
 

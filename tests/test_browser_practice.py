@@ -160,8 +160,12 @@ def test_every_browser_problem_solution_passes_and_starter_fails_on_pyodide(tmp_
         cwd=WEB,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    results = json.loads(done.stdout)["results"]
-    print(f"node check: {len(runs)} runs in {time.monotonic() - started:.1f} s")
+    report = json.loads(done.stdout)
+    results = report["results"]
+    print(
+        f"node check: {len(runs)} runs in {time.monotonic() - started:.1f} s "
+        f"(Pyodide loaded in {report['load_seconds']:.1f} s)"
+    )
     for p in BROWSER_PROBLEMS:
         solution, starter = results[f"{p.slug}/solution"], results[f"{p.slug}/starter"]
         failed = [t["name"] for t in solution["tests"] if not t["passed"]]
@@ -328,6 +332,9 @@ def test_chromium_solves_a_problem_on_its_page_and_the_index_shows_it(
         assert await tab.evaluate(explanation), "the explanation shows before any run"
         starter = await tab.evaluate("document.querySelector('.practice-editor').value")
         assert starter == (solved.path / "starter.py").read_text()
+        status = "document.querySelector('.practice .practice-status').textContent"
+        await tab.wait_for(f"{status}.startsWith('Python is ready')", RUN_WAIT_S)
+        print(f"Pyodide in the page's worker: {await tab.evaluate(status)}")  # its load time
         assert await tab.run_tests(starter) == "failed"
         print(
             f"page request to first result (loading Python included): "

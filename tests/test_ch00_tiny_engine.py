@@ -31,7 +31,9 @@ LOGITS_ATOL = 1e-3  # logits are O(10) and pass through every layer
 
 def model_dir(name: str) -> Path:
     path = MODELS / name
-    assert (path / "config.json").is_file(), f"{path} is missing: run `python tools/provision.py`"
+    assert (path / "config.json").is_file(), (
+        f"{path} is missing: run `.venv/bin/python tools/provision.py`"
+    )
     return path
 
 

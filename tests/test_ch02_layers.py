@@ -58,7 +58,9 @@ def filled(module: torch.nn.Module) -> torch.nn.Module:
 
 def hf_config_of(name: str):
     path = MODELS / name
-    assert (path / "config.json").is_file(), f"{path} is missing: run `python tools/provision.py`"
+    assert (path / "config.json").is_file(), (
+        f"{path} is missing: run `.venv/bin/python tools/provision.py`"
+    )
     return AutoConfig.from_pretrained(path)
 
 

@@ -48,7 +48,9 @@ LOAD_ERRORS = (ValueError, KeyError)
 
 def model_dir(name: str) -> Path:
     path = MODELS / name
-    assert (path / "config.json").is_file(), f"{path} is missing: run `python tools/provision.py`"
+    assert (path / "config.json").is_file(), (
+        f"{path} is missing: run `.venv/bin/python tools/provision.py`"
+    )
     return path
 
 

@@ -214,6 +214,7 @@ def generate(llm: LLM, prompts: list[list[int]]) -> list[list[int]]:
     return [out["token_ids"] for out in llm.generate(prompts, greedy(MAX_TOKENS))]
 
 
+@pytest.mark.time_limit(120)  # two processes, each loading the model: slow on a busy machine
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_tp2_generates_what_one_process_and_transformers_generate(name: str) -> None:
     model = require_model(Path(MODELS[name]))

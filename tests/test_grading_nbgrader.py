@@ -23,6 +23,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import grading  # noqa: E402
+from course import batch, runner  # noqa: E402  (runner.TestCase: pytest would collect TestCase)
 from course.manifest import Course  # noqa: E402
 from course.snapshot import assemble_file, skeleton_text  # noqa: E402
 
@@ -102,6 +103,30 @@ def test_a_file_that_does_not_parse_fails_every_check_naming_the_line(tmp_path: 
     for check in (lambda: grader.check(test), grader.check_main):
         with pytest.raises(AssertionError, match=rf"work/minisgl/{path} line 1"):
             check()
+
+
+def test_batch_grading_counts_the_tests_after_a_timeout_as_not_run(
+    tmp_path: Path, course: Course, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A test that times out ends the run (course.pytest_plugin): the test functions after it
+    get a "not run" row and count against the score, as their grade cells do in nbgrader."""
+    tests = grading.test_functions(course, CHAPTER)
+    timeout = f"{runner.TIMEOUT_MARK}30s: {tests[1]} did not finish"
+    ran = [runner.TestCase(tests[0], "passed"), runner.TestCase(tests[1], "failed", timeout)]
+    monkeypatch.setattr(
+        batch,
+        "run_chapter_tests",
+        lambda *args: runner.Run("tests", 30.0, "1 of 2 failed", tests=ran),
+    )
+    (tmp_path / "ada" / "minisgl").mkdir(parents=True)
+    grade = batch.grade_one(course, tmp_path / "ada", CHAPTER, tmp_path / "build", 1)
+    assert [(c.name, c.outcome) for c in grade.cases] == [
+        (tests[0], "passed"),
+        (tests[1], "failed"),
+        *((test, batch.NOT_RUN) for test in tests[2:]),
+    ]
+    assert grade.cases[-1].message == f"not run: the run ended at {tests[1]}"
+    assert grade.score == f"1/{len(tests)}"
 
 
 def nbgrader(course_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -213,7 +238,7 @@ def test_nbgrader_autogrades_a_class_and_batch_grading_agrees(
     print(f"batch grade: {(time.monotonic() - started) / len(submissions):.1f} s per student")
     batch_failed: dict[str, set[str]] = {student: set() for student in submissions}
     for row in csv.DictReader((tmp_path / "batch.csv").open()):
-        if row["outcome"] in ("failed", "error"):
+        if row["outcome"] in ("failed", "error", batch.NOT_RUN):
             batch_failed[row["student"]].add(row["test"].split("[")[0])
     for student in submissions:
         assert batch_failed[student] == set(failed[student]) - {"main"}, student

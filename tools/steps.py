@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--submissions", type=Path, required=True, help="a folder per student")
     grade.add_argument("--csv", type=Path, required=True, help="where to write the grades")
     grade.add_argument("--chapters", help="e.g. 0-8 (default: every chapter)")
-    grade.add_argument("--jobs", type=int, default=2, help="students graded at once")
+    grade.add_argument("--jobs", type=int, default=2, help="chapter runs at once")
     check = command("check", cmd_check, "maintainer: reference passes, stubs fail", "?")
     check.add_argument("--jobs", type=int, default=4, help="runs at once (1 thread each)")
     command("capture", cmd_capture, "maintainer: rewrite docs/_outputs/", "?")

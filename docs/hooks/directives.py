@@ -266,7 +266,14 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
             raise PluginError(f"{page.file.src_uri}: unknown directive ::{name}")
         try:
             return DIRECTIVES[name](target, page.file.src_uri)
-        except (PluginError, CourseError, ImportError, AttributeError, OSError) as error:
+        except (
+            PluginError,
+            CourseError,
+            ImportError,
+            AttributeError,
+            OSError,
+            ValueError,
+        ) as error:
             if os.environ.get("MINISGL_DOCS_DRAFT") == "1":
                 return f'!!! warning "Draft: ::{name} {target} is missing"\n    {error}'
             raise PluginError(f"{page.file.src_uri}: ::{name} {target}: {error}") from None

@@ -26,7 +26,7 @@ LLAMA3_ROPE_KEYS = (
     "high_freq_factor",
     "original_max_position_embeddings",
 )
-PROVISION_HINT = "run `python tools/provision.py` to create the course models"
+PROVISION_HINT = "run `.venv/bin/python tools/provision.py` to create the course models"
 
 
 @dataclass
@@ -95,9 +95,11 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def rope_inv_freq(config: TinyConfig) -> torch.Tensor:
-    """The head_dim/2 rotation speeds theta**(-2i/head_dim) of RoPE, float32. With Llama-3
-    scaling, slow (long-wavelength) frequencies are divided by `factor`, fast ones are kept,
-    and the band between low_freq_factor and high_freq_factor is interpolated smoothly."""
+    """The head_dim/2 rotation speeds theta**(-2i/head_dim) of RoPE, float32.
+
+    With Llama-3 scaling, slow (long-wavelength) frequencies are divided by `factor`, fast ones
+    are kept, and the band between low_freq_factor and high_freq_factor is interpolated
+    smoothly."""
     dim = config.head_dim
     inv_freq = 1.0 / config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
     s = config.rope_scaling
@@ -166,9 +168,10 @@ class TinyModel:
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, kv: KVCache
     ) -> torch.Tensor:
-        """Run new tokens input_ids [seq] at `positions` [seq] through the model, appending
-        their K/V to `kv`; return the logits [vocab] of the last position. Prefill passes the
-        whole prompt, decode passes one token: the same code serves both."""
+        """Run new tokens through the model; return the logits [vocab] of the last position.
+
+        input_ids [seq] sit at `positions` [seq]; their K/V are appended to `kv`. Prefill
+        passes the whole prompt, decode passes one token: the same code serves both."""
         cfg, w = self.config, self.w
         n, h, hk, d = input_ids.shape[0], cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         x = F.embedding(input_ids, w["model.embed_tokens.weight"])  # [seq, hidden]
@@ -209,8 +212,10 @@ class TinyEngine:
     def generate_ids(
         self, prompt_ids: list[int], max_new_tokens: int, ignore_eos: bool = False
     ) -> list[int]:
-        """Greedy decoding: prefill the whole prompt once, then feed back one token per step,
-        reusing the KV cache. Stops after max_new_tokens or at EOS (which is included)."""
+        """Greedy decoding: prefill the whole prompt once, then feed back one token per step.
+
+        Every step reuses the KV cache. Stops after max_new_tokens or at EOS (which is
+        included)."""
         kv = KVCache(self.model.config)
         out: list[int] = []
         new_ids = list(prompt_ids)  # first step: the whole prompt (prefill)

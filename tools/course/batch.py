@@ -3,12 +3,15 @@
 `steps.py grade --submissions DIR --csv FILE` reads DIR/<student>/ (holding work/minisgl/ or
 minisgl/), assembles each student's snapshot of each chapter exactly as `steps.py test` does, and
 runs the course's own test files on it (never files from the submission; a student's progress
-file is never read), sandboxed with the same timeouts. One CSV row per student, chapter and test.
+file is never read), sandboxed with the same timeouts. One CSV row per student, chapter and test;
+a test that times out ends its run (course.pytest_plugin), and the test functions after it get a
+row with outcome "not run".
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,6 +27,7 @@ from course.runner import TestCase
 from course.snapshot import build_snapshot
 
 CSV_COLUMNS = ("student", "chapter", "test", "outcome", "message")
+NOT_RUN = "not run"  # the outcome of a test after one that ended the run
 
 
 @dataclass
@@ -52,6 +56,30 @@ def parse_chapters(text: str | None, course: Course) -> list[int]:
     return numbers
 
 
+def test_functions(course: Course, k: int) -> list[str]:
+    """The chapter's test functions (top-level `test_*`), in file order."""
+    tree = ast.parse((course.root / course.chapter(k).tests).read_text("utf-8"))
+    return [
+        n.name
+        for n in tree.body
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name.startswith("test_")
+    ]
+
+
+def with_unrun_tests(cases: list[TestCase], functions: list[str]) -> list[TestCase]:
+    """`cases`, plus a "not run" case per test function without one when a test that timed
+    out (or the test module's import) ended the run, so they count against the score."""
+    ended = next((case.name for case in cases if case.timed_out or case.is_collection), None)
+    if ended is None:
+        return cases
+    ran = {case.name.split("[")[0] for case in cases}
+    return cases + [
+        TestCase(name, NOT_RUN, f"not run: the run ended at {ended}")
+        for name in functions
+        if name not in ran
+    ]
+
+
 def student_tree(folder: Path) -> Path | None:
     """The minisgl/ folder of one submission."""
     for candidate in (folder / "work" / "minisgl", folder / "minisgl"):
@@ -71,7 +99,7 @@ def grade_one(course: Course, student: Path, k: int, build: Path, jobs: int) -> 
         return Grade(student.name, k, [], str(error))
     run = run_chapter_tests(course, [course.chapter(k).tests], root, jobs)
     error = "" if run.tests else run.verdict
-    return Grade(student.name, k, run.tests, error)
+    return Grade(student.name, k, with_unrun_tests(run.tests, test_functions(course, k)), error)
 
 
 def cmd_grade(course: Course, args: argparse.Namespace) -> int:

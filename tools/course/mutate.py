@@ -83,8 +83,9 @@ def load_mutations(course: Course, k: int) -> list[Mutation]:
 def mutated_file(course: Course, mutation: Mutation) -> str:
     """The reference file with the mistake made in the stub's body; CourseError when the
     catalogue no longer fits the code (the stub is gone, or `find` is not there exactly once)."""
+    where = f"mutation of {mutation.stub} ({mutation.mistake})"
     if course.stub_owner.get((mutation.path, mutation.symbol)) != mutation.chapter:
-        raise CourseError(f"mutation of {mutation.stub}: not a stub of chapter {mutation.chapter}")
+        raise CourseError(f"{where}: not a stub of chapter {mutation.chapter}")
     text = course.reference(mutation.path)
     lines = text.splitlines(keepends=True)
     node = functions(ast.parse(text))[mutation.symbol][0]
@@ -92,15 +93,18 @@ def mutated_file(course: Course, mutation: Mutation) -> str:
     body = "".join(lines[first - 1 : end])
     if body.count(mutation.find) != 1:
         raise CourseError(
-            f"mutation of {mutation.stub} ({mutation.mistake}): {mutation.find!r} "
-            f"occurs {body.count(mutation.find)} times in its body (need 1)"
+            f"{where}: {mutation.find!r} occurs {body.count(mutation.find)} times in its body "
+            "(need 1)"
         )
     mutated = (
         "".join(lines[: first - 1])
         + body.replace(mutation.find, mutation.replace)
         + "".join(lines[end:])
     )
-    ast.parse(mutated)  # a catalogue entry must leave valid Python
+    try:
+        ast.parse(mutated)
+    except SyntaxError as error:
+        raise CourseError(f"{where}: the change leaves invalid Python ({error})") from None
     return mutated
 
 
@@ -143,8 +147,8 @@ def cmd_mutate(course: Course, args: argparse.Namespace) -> int:
     for mutation in (m for ms in catalogue.values() for m in ms):
         try:
             mutated_file(course, mutation)
-        except (CourseError, SyntaxError) as error:  # reported; its mutant cannot be built
-            problems.append(f"{mutation.stub} ({mutation.mistake}): {error}")
+        except CourseError as error:  # reported; its mutant cannot be built
+            problems.append(str(error))
         else:
             everything.append(mutation)
     chosen = sample(everything, args.sample, args.seed) if args.sample else everything
@@ -163,7 +167,8 @@ def cmd_mutate(course: Course, args: argparse.Namespace) -> int:
         mine = [(m, run) for m, run in zip(chosen, runs) if m.chapter == k and not m.equivalent]
         killed = sum(not run.ok for _, run in mine)
         rows.append((k, killed, len(mine)))
-        console.print(f"chapter {k}: {killed}/{len(mine)} mutants killed")
+        if mine:  # a sample leaves most chapters out
+            console.print(f"chapter {k}: {killed}/{len(mine)} mutants killed")
     for m, _ in survivors:
         console.print(f"  [red]survived[/] ch{m.chapter} {m.stub}: {m.mistake}")
     for problem in problems:
@@ -182,7 +187,7 @@ def write_report(
     equivalent: list[Mutation],
     args: argparse.Namespace,
 ) -> None:
-    """Update docs/_outputs/mutations.json (one entry per chapter, kept from earlier runs); the
+    """Update docs/_reports/mutations.json (one entry per chapter, kept from earlier runs); the
     maintainers' page draws its table from it (`::mutations`)."""
     path = course.root / REPORT
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,9 @@
 """A pytest plugin for sandboxed runs: each test gets `--test-timeout` seconds.
 
+A test that starts processes of its own (chapter 16's ranks) may ask for more with
+`@pytest.mark.time_limit(seconds)`: the larger of the two applies, so a loaded machine does
+not fail a correct tree.
+
 A test that runs longer is failed where it stands (SIGALRM, so a pure-Python infinite loop is
 interrupted), and the session stops there: a stub that loops forever usually hangs every test
 that calls it, and one named hang is the whole verdict. Importing a test module (which imports
@@ -28,8 +32,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 @contextmanager
-def time_limit(session: pytest.Session, what: str) -> Iterator[None]:
+def time_limit(session: pytest.Session, what: str, at_least: float = 0.0) -> Iterator[None]:
     seconds = session.config.getoption("--test-timeout")
+    if seconds:
+        seconds = max(seconds, at_least)
     if not seconds:
         yield
         return
@@ -54,7 +60,8 @@ def time_limit(session: pytest.Session, what: str) -> Iterator[None]:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-    with time_limit(item.session, item.name):
+    mark = item.get_closest_marker("time_limit")
+    with time_limit(item.session, item.name, mark.args[0] if mark else 0.0):
         yield
 
 

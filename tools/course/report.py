@@ -29,6 +29,7 @@ from course.source import find_definition, functions, is_unwritten, symbol_at
 
 MESSAGE_LINES = 12  # of the first failure's assertion
 HINT_LINES = 8  # of the stub's docstring
+CASE_LINES = 8  # failing tests listed by name; with the two above a report stays within 40 lines
 PYTHON = ".venv/bin/python"  # how printed commands run the tools (the project's interpreter)
 
 
@@ -45,7 +46,7 @@ def mark(ok: bool) -> str:
     return "[green]✓[/]" if ok else "[red]✗[/]"
 
 
-def print_cases(run: Run, limit: int = 20) -> None:
+def print_cases(run: Run, limit: int = CASE_LINES) -> None:
     """One line per failing test (passing ones are counted, not listed)."""
     for case in run.failures[:limit]:
         why = " (stopped: does your code loop forever?)" if case.timed_out else ""
@@ -59,9 +60,19 @@ def first_lines(text: str, limit: int) -> str:
     return "\n".join(lines[:limit] + (["..."] if len(lines) > limit else []))
 
 
-def student_paths(text: str, snapshot: Snapshot) -> str:
+def tree_prefix(course: Course, snapshot: Snapshot) -> str:
+    """A regex for the snapshot's minisgl/ folder as tracebacks write it: absolute (frames the
+    timeout names) or relative to the course root (pytest's working directory)."""
+    tree = snapshot.root / "minisgl"
+    forms = [str(tree)] + (
+        [str(tree.relative_to(course.root))] if tree.is_relative_to(course.root) else []
+    )
+    return "(?:" + "|".join(map(re.escape, forms)) + ")"
+
+
+def student_paths(text: str, course: Course, snapshot: Snapshot) -> str:
     """Rewrite snapshot paths in a traceback to the student's work/ files."""
-    prefix = re.escape(str(snapshot.root / "minisgl")) + r"/([\w/]+\.py)(?::(\d+))?"
+    prefix = tree_prefix(course, snapshot) + r"/([\w/]+\.py)(?::(\d+))?"
 
     def where(found: re.Match[str]) -> str:
         line = int(found.group(2)) if found.group(2) else None
@@ -70,14 +81,18 @@ def student_paths(text: str, snapshot: Snapshot) -> str:
     return re.sub(prefix, where, text)
 
 
-def stubs_in_traceback(course: Course, snapshot: Snapshot, details: str) -> list[tuple[str, str]]:
-    """(file, symbol) of the stubs whose code appears in a failure's traceback, innermost last."""
+def stubs_in_traceback(
+    course: Course, k: int, snapshot: Snapshot, details: str
+) -> list[tuple[str, str]]:
+    """(file, symbol) of the stubs of chapters <= k (the student's) whose code appears in a
+    failure's traceback, innermost last."""
     found: list[tuple[str, str]] = []
-    prefix = re.escape(str(snapshot.root / "minisgl")) + r"/([\w/]+\.py):(\d+)"
+    prefix = tree_prefix(course, snapshot) + r"/([\w/]+\.py):(\d+)"
     for path, line in re.findall(prefix, details):
         target = snapshot.root / "minisgl" / path
         symbol = symbol_at(target.read_text("utf-8"), int(line)) if target.is_file() else None
-        if symbol and (path, symbol) in course.stub_owner and (path, symbol) not in found:
+        mine = symbol is not None and course.stub_owner.get((path, symbol), k + 1) <= k
+        if mine and (path, symbol) not in found:
             found.append((path, symbol))
     return found
 
@@ -131,15 +146,15 @@ def print_failure(
         if not case.is_collection
         else "\n".join(case.details.strip().splitlines()[-MESSAGE_LINES:])
     )
-    message = student_paths(message or "(no message)", snapshot)
+    message = student_paths(message or "(no message)", course, snapshot)
     console.print("  " + escape(first_lines(message, MESSAGE_LINES)).replace("\n", "\n  "))
-    in_trace = stubs_in_traceback(course, snapshot, f"{case.message}\n{case.details}")
+    in_trace = stubs_in_traceback(course, k, snapshot, f"{case.message}\n{case.details}")
     exercised = in_trace + [
         s for s in stubs_named_in_test(course, k, test_file, case.name) if s not in in_trace
     ]
     if in_trace:
         path, symbol = in_trace[-1]
-        location = student_paths(f"{case.message}\n{case.details}", snapshot)
+        location = student_paths(f"{case.message}\n{case.details}", course, snapshot)
         lines = re.findall(rf"(work/minisgl/{re.escape(path)}(?::\d+)?)", location)
         console.print(f"  raised in {symbol} ({lines[-1] if lines else 'work/minisgl/' + path})")
     if exercised:
@@ -156,7 +171,7 @@ def print_failure(
     elif exercised:
         path, symbol = next(
             ((p, s) for p, s in exercised if unwritten(course, snapshot, p, s)),
-            exercised[-1] if in_trace else exercised[0],
+            in_trace[-1] if in_trace else exercised[0],
         )
         console.print(f"[bold]Hint:[/] {symbol} in work/minisgl/{path}:")
         console.print("  " + escape(docstring_hint(course, path, symbol)).replace("\n", "\n  "))

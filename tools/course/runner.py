@@ -170,8 +170,9 @@ def run_pytest(
 ) -> Run:
     """Run pytest on `targets` (files or node ids); results come from its JUnit XML.
 
-    `test_timeout` stops one test (it fails, the others still run); `timeout` stops the
-    whole run, and the test that was running then is named in `Run.hung`."""
+    `test_timeout` fails the test that runs longer and ends the run there (the tests after it
+    do not run); `timeout` stops the whole run, and the test that was running then is named in
+    `Run.hung`."""
     junit.parent.mkdir(parents=True, exist_ok=True)
     junit.unlink(missing_ok=True)
     cmd = [

@@ -26,7 +26,7 @@ LLAMA3_ROPE_KEYS = (
     "high_freq_factor",
     "original_max_position_embeddings",
 )
-PROVISION_HINT = "run `python tools/provision.py` to create the course models"
+PROVISION_HINT = "run `.venv/bin/python tools/provision.py` to create the course models"
 
 
 @dataclass
@@ -95,10 +95,12 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def rope_inv_freq(config: TinyConfig) -> torch.Tensor:
-    """The head_dim/2 rotation speeds theta**(-2i/head_dim) of RoPE, float32. With Llama-3
-    scaling, slow (long-wavelength) frequencies are divided by `factor`, fast ones are kept,
-    and the band between low_freq_factor and high_freq_factor is interpolated smoothly."""
-    raise NotImplementedError("ch00: The head_dim/2 rotation speeds theta**(-2i/head_dim) of RoPE, float32. With Llama-3")
+    """The head_dim/2 rotation speeds theta**(-2i/head_dim) of RoPE, float32.
+
+    With Llama-3 scaling, slow (long-wavelength) frequencies are divided by `factor`, fast ones
+    are kept, and the band between low_freq_factor and high_freq_factor is interpolated
+    smoothly."""
+    raise NotImplementedError("ch00: The head_dim/2 rotation speeds theta**(-2i/head_dim) of RoPE, float32.")
 
 
 def apply_rope(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
@@ -149,10 +151,11 @@ class TinyModel:
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, kv: KVCache
     ) -> torch.Tensor:
-        """Run new tokens input_ids [seq] at `positions` [seq] through the model, appending
-        their K/V to `kv`; return the logits [vocab] of the last position. Prefill passes the
-        whole prompt, decode passes one token: the same code serves both."""
-        raise NotImplementedError("ch00: Run new tokens input_ids [seq] at `positions` [seq] through the model, appending")
+        """Run new tokens through the model; return the logits [vocab] of the last position.
+
+        input_ids [seq] sit at `positions` [seq]; their K/V are appended to `kv`. Prefill
+        passes the whole prompt, decode passes one token: the same code serves both."""
+        raise NotImplementedError("ch00: Run new tokens through the model; return the logits [vocab] of the last position.")
 
 
 class TinyEngine:
@@ -165,9 +168,11 @@ class TinyEngine:
     def generate_ids(
         self, prompt_ids: list[int], max_new_tokens: int, ignore_eos: bool = False
     ) -> list[int]:
-        """Greedy decoding: prefill the whole prompt once, then feed back one token per step,
-        reusing the KV cache. Stops after max_new_tokens or at EOS (which is included)."""
-        raise NotImplementedError("ch00: Greedy decoding: prefill the whole prompt once, then feed back one token per step,")
+        """Greedy decoding: prefill the whole prompt once, then feed back one token per step.
+
+        Every step reuses the KV cache. Stops after max_new_tokens or at EOS (which is
+        included)."""
+        raise NotImplementedError("ch00: Greedy decoding: prefill the whole prompt once, then feed back one token per step.")
 
     def generate(self, prompt: str, max_new_tokens: int) -> str:
         """Tokenize `prompt`, decode greedily, and return the new text."""

@@ -18,7 +18,7 @@ def model_dir(name: str) -> Path:
     root = os.environ.get("PRACTICE_MODELS") or default
     path = Path(root) / name
     if not (path / "config.json").is_file():
-        pytest.fail(f"{path} is missing: run `python tools/provision.py`", pytrace=False)
+        pytest.fail(f"{path} is missing: run `.venv/bin/python tools/provision.py`", pytrace=False)
     return path
 
 

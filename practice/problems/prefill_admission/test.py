@@ -28,7 +28,7 @@ except ImportError:
     sys.path.insert(0, str(ROOT / "solutions"))
 MODEL = Path(os.environ.get("PRACTICE_MODELS") or ROOT / "models") / "tiny-qwen3"
 if not (MODEL / "config.json").is_file():
-    pytest.fail(f"{MODEL} is missing: run `python tools/provision.py`", pytrace=False)
+    pytest.fail(f"{MODEL} is missing: run `.venv/bin/python tools/provision.py`", pytrace=False)
 # -------------------------------------------------------------------------------------------
 
 import torch

@@ -74,7 +74,7 @@ class ModelConfig:
         if not Path(model_dir).is_dir():
             raise ModelNotFoundError(
                 f"model directory {model_dir} does not exist "
-                "(provision the course models with `python tools/provision.py`)"
+                "(provision the course models with `.venv/bin/python tools/provision.py`)"
             )
         if not path.is_file():
             raise ModelNotFoundError(

@@ -60,8 +60,10 @@ class CacheManager:
     # ----- the prefix cache ---------------------------------------------------------------
 
     def match_req(self, input_ids: torch.Tensor) -> MatchResult:
-        """Longest cached prefix of a prompt, never the whole prompt: the last token must be
-        computed, since its forward is what produces the first output token."""
+        """Longest cached prefix of a prompt, never the whole prompt.
+
+        The last token must be computed, since its forward is what produces the first output
+        token: match only `input_ids[:-1]`."""
         assert len(input_ids) > 0, "empty prompts are rejected before they get here"
         return self.prefix_cache.match_prefix(input_ids[: len(input_ids) - 1])
 
@@ -106,8 +108,11 @@ class CacheManager:
         self.page_table[row_index, col_index] = slots.to(self.page_table.dtype)
 
     def _allocate(self, needed_pages: int) -> torch.Tensor:
-        """Pop pages off the free list (by first slot), evicting from the prefix cache when it
-        is short."""
+        """Pop `needed_pages` pages off the free list (each page by its first slot).
+
+        When the free list is short, first evict the missing pages' tokens from the prefix cache
+        and put the first slot of each evicted page on the free list. Still short afterwards is
+        a bug of admission control: raise RuntimeError."""
         if needed_pages > self.num_free_pages:
             needed_tokens = (needed_pages - self.num_free_pages) * self.page_size
             evicted = self.prefix_cache.evict(needed_tokens)
@@ -123,8 +128,10 @@ class CacheManager:
         return (pages[:, None] + offsets).flatten()
 
     def _free(self, indices: torch.Tensor) -> None:
-        """Return the pages of these page-aligned slots (one entry per token) to the free
-        list, or to the lazy list while a lazy_free_region is open."""
+        """Return the pages of these page-aligned slots (one entry per token) to the free list.
+
+        The free list holds the first slot of each page. While a lazy_free_region is open, the
+        pages go onto the lazy list `self._lazy_freed` instead."""
         if len(indices) == 0:
             return
         pages = indices[:: self.page_size]

@@ -31,9 +31,10 @@ def map_weight_name(
 
 @torch.inference_mode()
 def load_weights(model: nn.Module, model_dir: str | Path, progress: bool = True) -> None:
-    """Copy every tensor of `model_dir/*.safetensors` into `model`; fail on anything missing,
-    unexpected or misshapen, naming the tensor."""
-    raise NotImplementedError("ch03: Copy every tensor of `model_dir/*.safetensors` into `model`; fail on anything missing,")
+    """Copy every tensor of `model_dir/*.safetensors` into `model`.
+
+    Fail on anything missing, unexpected or misshapen, naming the tensor."""
+    raise NotImplementedError("ch03: Copy every tensor of `model_dir/*.safetensors` into `model`.")
 
 
 def _shards(model: nn.Module, param_name: str) -> list[int | None]:

@@ -24,9 +24,11 @@ class DecodeManager:
         return sum(req.remain_len + self.page_size for req in self.running_reqs.values())
 
     def filter_reqs(self, reqs: list[Req]) -> None:
-        """After a forward: the batch's requests that can decode join (or stay in) the running
-        set; the others (a prompt chunk, a request at max_tokens) leave it or never join."""
-        raise NotImplementedError("ch07: After a forward: the batch's requests that can decode join (or stay in) the running")
+        """After a forward, put in the running set the batch's requests that can decode.
+
+        A request that can decode (`req.can_decode`) joins the running set or stays in it; the
+        others (a prompt chunk, a request at max_tokens) leave it or never join."""
+        raise NotImplementedError("ch07: After a forward, put in the running set the batch's requests that can decode.")
 
     def remove_req(self, req: Req) -> None:
         """Drop a finished request from the running set (no error if it already left)."""

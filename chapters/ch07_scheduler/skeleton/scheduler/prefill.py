@@ -46,8 +46,11 @@ class PrefillAdder:
     reserved_size: int  # KV tokens already promised to running and admitted requests
 
     def worst_case_tokens(self, pending_req: PendingReq, cached_len: int) -> int:
-        """KV slots the request may still take: prompt + output + one page of slack, minus the
-        pages it already holds (its cached prefix, or the chunks computed so far)."""
+        """KV slots the request may still take: prompt + output + one page, minus what it holds.
+
+        It holds its cached prefix, or the chunks computed so far, rounded up to whole pages
+        (`ceil(cached_len / page_size) * page_size` slots). The page of slack covers the
+        rounding up of its last page."""
         page = self.cache_manager.page_size
         held = div_ceil(cached_len, page) * page
         return pending_req.input_len + pending_req.output_len + page - held
@@ -95,8 +98,10 @@ class PrefillAdder:
         table_idx: int,
         cached_len: int,
     ) -> Req:
-        """Build the Req of an admitted request: the rest of its prompt from cached_len, or a
-        ChunkedReq up to where the token budget runs out; spend that budget."""
+        """Build the Req of an admitted request, and spend the step's token budget on it.
+
+        The Req holds the rest of its prompt from cached_len, or it is a ChunkedReq up to where
+        the token budget runs out."""
         extend = min(pending_req.input_len - cached_len, self.token_budget)
         self.token_budget -= extend
         end = cached_len + extend
@@ -139,12 +144,13 @@ class PrefillManager:
         return None
 
     def schedule_next_batch(self, prefill_budget: int) -> Batch | None:
-        """Admit waiting requests in arrival order until one does not fit; a chunked request
-        stays at the head of the queue until its last chunk is admitted.
+        """Admit waiting requests in arrival order until one does not fit.
+
+        A chunked request stays at the head of the queue until its last chunk is admitted.
 
         Admission stops at the first request that must wait, even if a smaller one behind it
         would fit: first come, first served, so a large request cannot be starved. Each
         admitted entry's `chunked_req` is set here, and only here: to its chunk if it was
         chunked, else back to None.
         """
-        raise NotImplementedError("ch07: Admit waiting requests in arrival order until one does not fit; a chunked request")
+        raise NotImplementedError("ch07: Admit waiting requests in arrival order until one does not fit.")

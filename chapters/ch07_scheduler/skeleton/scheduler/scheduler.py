@@ -146,7 +146,11 @@ class Scheduler:
     # ----- the loop -------------------------------------------------------------------------
 
     def step(self) -> list[TokenOutput]:
-        """One iteration of the scheduling loop; returns the tokens it produced."""
+        """One iteration of the scheduling loop; returns the tokens it produced.
+
+        Run `overlap_loop` when overlap is on, else `normal_loop`. When the iteration leaves
+        nothing waiting or running (`has_work` is False), call `run_when_idle`, whose integrity
+        check catches a leaked page right away."""
         raise NotImplementedError("ch07: One iteration of the scheduling loop; returns the tokens it produced.")
 
     def normal_loop(self) -> list[TokenOutput]:
@@ -177,10 +181,12 @@ class Scheduler:
         self._integrity_ok = True
 
     def _schedule_next_batch(self) -> ForwardInput | None:
-        """Pick the next batch and prepare it. Prefill first, to admit waiting requests soon;
-        but right after a prefill, give the running requests a decode step, so that a long
-        (chunked) prompt or a stream of arrivals cannot stall them."""
-        raise NotImplementedError("ch07: Pick the next batch and prepare it. Prefill first, to admit waiting requests soon;")
+        """Pick the next batch and prepare it (`_prepare_batch`); None when there is none.
+
+        Prefill first, to admit waiting requests soon; but right after a prefill, give the
+        running requests a decode step, so that a long (chunked) prompt or a stream of arrivals
+        cannot stall them. Record the phase of the batch picked."""
+        raise NotImplementedError("ch07: Pick the next batch and prepare it (`_prepare_batch`); None when there is none.")
 
     def _prepare_batch(self, batch: Batch) -> ForwardInput:
         """Give the batch its pages, write its prompts, fill its inputs and metadata.

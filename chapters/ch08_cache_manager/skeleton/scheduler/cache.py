@@ -60,9 +60,11 @@ class CacheManager:
     # ----- the prefix cache ---------------------------------------------------------------
 
     def match_req(self, input_ids: torch.Tensor) -> MatchResult:
-        """Longest cached prefix of a prompt, never the whole prompt: the last token must be
-        computed, since its forward is what produces the first output token."""
-        raise NotImplementedError("ch08: Longest cached prefix of a prompt, never the whole prompt: the last token must be")
+        """Longest cached prefix of a prompt, never the whole prompt.
+
+        The last token must be computed, since its forward is what produces the first output
+        token: match only `input_ids[:-1]`."""
+        raise NotImplementedError("ch08: Longest cached prefix of a prompt, never the whole prompt.")
 
     def lock(self, handle: BaseCacheHandle) -> None:
         self.prefix_cache.lock_handle(handle)
@@ -89,18 +91,23 @@ class CacheManager:
         raise NotImplementedError("ch08: Give every request the pages its next forward writes into.")
 
     def _allocate(self, needed_pages: int) -> torch.Tensor:
-        """Pop pages off the free list (by first slot), evicting from the prefix cache when it
-        is short."""
-        raise NotImplementedError("ch08: Pop pages off the free list (by first slot), evicting from the prefix cache when it")
+        """Pop `needed_pages` pages off the free list (each page by its first slot).
+
+        When the free list is short, first evict the missing pages' tokens from the prefix cache
+        and put the first slot of each evicted page on the free list. Still short afterwards is
+        a bug of admission control: raise RuntimeError."""
+        raise NotImplementedError("ch08: Pop `needed_pages` pages off the free list (each page by its first slot).")
 
     def _page_to_token(self, pages: torch.Tensor) -> torch.Tensor:
         """Pages (by first slot) -> every slot of them: [p, p+1, ..., p+page_size-1, ...]."""
         raise NotImplementedError("ch08: Pages (by first slot) -> every slot of them: [p, p+1, ..., p+page_size-1, ...].")
 
     def _free(self, indices: torch.Tensor) -> None:
-        """Return the pages of these page-aligned slots (one entry per token) to the free
-        list, or to the lazy list while a lazy_free_region is open."""
-        raise NotImplementedError("ch08: Return the pages of these page-aligned slots (one entry per token) to the free")
+        """Return the pages of these page-aligned slots (one entry per token) to the free list.
+
+        The free list holds the first slot of each page. While a lazy_free_region is open, the
+        pages go onto the lazy list `self._lazy_freed` instead."""
+        raise NotImplementedError("ch08: Return the pages of these page-aligned slots (one entry per token) to the free list.")
 
     @contextmanager
     def lazy_free_region(self) -> Iterator[None]:

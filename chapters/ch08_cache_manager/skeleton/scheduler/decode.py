@@ -24,8 +24,10 @@ class DecodeManager:
         raise NotImplementedError("ch08: KV tokens the running requests may still allocate: their worst case.")
 
     def filter_reqs(self, reqs: list[Req]) -> None:
-        """After a forward: the batch's requests that can decode join (or stay in) the running
-        set; the others (a prompt chunk, a request at max_tokens) leave it or never join."""
+        """After a forward, put in the running set the batch's requests that can decode.
+
+        A request that can decode (`req.can_decode`) joins the running set or stays in it; the
+        others (a prompt chunk, a request at max_tokens) leave it or never join."""
         for req in reqs:
             if req.can_decode:
                 self.running_reqs.setdefault(req.uid, req)

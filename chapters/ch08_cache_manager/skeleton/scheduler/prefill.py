@@ -46,9 +46,12 @@ class PrefillAdder:
     reserved_size: int  # KV tokens already promised to running and admitted requests
 
     def worst_case_tokens(self, pending_req: PendingReq, cached_len: int) -> int:
-        """KV slots the request may still take: prompt + output + one page of slack, minus the
-        pages it already holds (its cached prefix, or the chunks computed so far)."""
-        raise NotImplementedError("ch08: KV slots the request may still take: prompt + output + one page of slack, minus the")
+        """KV slots the request may still take: prompt + output + one page, minus what it holds.
+
+        It holds its cached prefix, or the chunks computed so far, rounded up to whole pages
+        (`ceil(cached_len / page_size) * page_size` slots). The page of slack covers the
+        rounding up of its last page."""
+        raise NotImplementedError("ch08: KV slots the request may still take: prompt + output + one page, minus what it holds.")
 
     def try_add_one(self, pending_req: PendingReq) -> Req | None:
         """Admit `pending_req` (or its next chunk) into the batch, or return None if it must wait.
@@ -72,8 +75,10 @@ class PrefillAdder:
         table_idx: int,
         cached_len: int,
     ) -> Req:
-        """Build the Req of an admitted request: the rest of its prompt from cached_len, or a
-        ChunkedReq up to where the token budget runs out; spend that budget."""
+        """Build the Req of an admitted request, and spend the step's token budget on it.
+
+        The Req holds the rest of its prompt from cached_len, or it is a ChunkedReq up to where
+        the token budget runs out."""
         extend = min(pending_req.input_len - cached_len, self.token_budget)
         self.token_budget -= extend
         end = cached_len + extend
@@ -116,8 +121,9 @@ class PrefillManager:
         return None
 
     def schedule_next_batch(self, prefill_budget: int) -> Batch | None:
-        """Admit waiting requests in arrival order until one does not fit; a chunked request
-        stays at the head of the queue until its last chunk is admitted.
+        """Admit waiting requests in arrival order until one does not fit.
+
+        A chunked request stays at the head of the queue until its last chunk is admitted.
 
         Admission stops at the first request that must wait, even if a smaller one behind it
         would fit: first come, first served, so a large request cannot be starved. Each

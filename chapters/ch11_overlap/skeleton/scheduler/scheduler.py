@@ -157,7 +157,11 @@ class Scheduler:
     # ----- the loop -------------------------------------------------------------------------
 
     def step(self) -> list[TokenOutput]:
-        """One iteration of the scheduling loop; returns the tokens it produced."""
+        """One iteration of the scheduling loop; returns the tokens it produced.
+
+        Run `overlap_loop` when overlap is on, else `normal_loop`. When the iteration leaves
+        nothing waiting or running (`has_work` is False), call `run_when_idle`, whose integrity
+        check catches a leaked page right away."""
         outputs = self.overlap_loop() if self.overlap else self.normal_loop()
         if not self.has_work:
             self.run_when_idle()
@@ -194,9 +198,11 @@ class Scheduler:
         self._integrity_ok = True
 
     def _schedule_next_batch(self) -> ForwardInput | None:
-        """Pick the next batch and prepare it. Prefill first, to admit waiting requests soon;
-        but right after a prefill, give the running requests a decode step, so that a long
-        (chunked) prompt or a stream of arrivals cannot stall them."""
+        """Pick the next batch and prepare it (`_prepare_batch`); None when there is none.
+
+        Prefill first, to admit waiting requests soon; but right after a prefill, give the
+        running requests a decode step, so that a long (chunked) prompt or a stream of arrivals
+        cannot stall them. Record the phase of the batch picked."""
         prefill = lambda: self.prefill_manager.schedule_next_batch(self.config.max_extend_tokens)  # noqa: E731
         decode = self.decode_manager.schedule_next_batch
         if self._last_phase == "prefill" and self.decode_manager.runnable:

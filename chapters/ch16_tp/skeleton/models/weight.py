@@ -34,8 +34,9 @@ def map_weight_name(
 
 @torch.inference_mode()
 def load_weights(model: nn.Module, model_dir: str | Path, progress: bool = True) -> None:
-    """Copy every tensor of `model_dir/*.safetensors` into `model`; fail on anything missing,
-    unexpected or misshapen, naming the tensor."""
+    """Copy every tensor of `model_dir/*.safetensors` into `model`.
+
+    Fail on anything missing, unexpected or misshapen, naming the tensor."""
     files = sorted(Path(model_dir).glob("*.safetensors"))
     if not files:
         raise ModelNotFoundError(f"no *.safetensors file in {model_dir}")
