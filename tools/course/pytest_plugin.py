@@ -34,11 +34,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @contextmanager
 def time_limit(session: pytest.Session, what: str, at_least: float = 0.0) -> Iterator[None]:
     seconds = session.config.getoption("--test-timeout")
-    if seconds:
-        seconds = max(seconds, at_least)
     if not seconds:
         yield
         return
+    seconds = max(seconds, at_least)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         session.shouldstop = f"{what} was stopped after {seconds:g} s"
