@@ -7,11 +7,17 @@ For each batch size, that many requests with `--context`-token prompts are prefi
 step in steady decode (schedule, prepare, launch, process the previous results: what a user
 waits per token); "forward" is the device time of the model's forward alone, measured with CUDA
 events around a replay of the batch's CUDA graph (graphs on) or an eager forward (graphs off).
+
+With `--profile`, the steps of the graphs variant also run under cProfile, and the host time of
+the step's parts (scheduling, input preparation, attention planning, the forward's launch,
+sampling, the previous step's results) is printed per step: where the host's time goes.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 import random
 import sys
 import time
@@ -21,6 +27,7 @@ import torch
 
 from minisgl.benchmark import append_result
 from minisgl.benchmark.offline import release_gpu_memory
+from minisgl.engine import GraphRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from offline import RANDOM_MODEL, resolve_model  # noqa: E402
@@ -49,23 +56,58 @@ def mean_step_seconds(scheduler, steps: int) -> float:  # noqa: ANN001
     return (time.perf_counter() - start) / steps
 
 
-def time_steps(llm, batch_size: int, context: int, warmup: int, steps: int) -> float:  # noqa: ANN001
-    """Mean wall time of one scheduler step in steady decode, in seconds."""
+# The parts of a scheduler step, by the function that does each: (file suffix, function name).
+STEP_PARTS = {
+    "schedule the batch": ("scheduler/scheduler.py", "_schedule_next_batch"),
+    "prepare inputs (table)": ("scheduler/scheduler.py", "_prepare_batch"),
+    "attention plan": ("engine/engine.py", "prepare_batch"),
+    "sampling args": ("engine/sample.py", "prepare"),
+    "forward + sample (launch)": ("engine/engine.py", "forward_batch"),
+    "previous results": ("scheduler/scheduler.py", "_process_last_data"),
+    "whole step": ("scheduler/scheduler.py", "step"),
+}
+
+
+def profile_steps(scheduler, steps: int) -> dict[str, float]:  # noqa: ANN001
+    """Host milliseconds per step spent in each of STEP_PARTS (cumulative, under cProfile)."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(steps):
+        scheduler.step()
+    profiler.disable()
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    parts = {}
+    for part, (suffix, name) in STEP_PARTS.items():
+        cumulative = sum(
+            entry[3]
+            for (file, _, func), entry in stats.items()
+            if func == name and file.endswith(suffix)
+        )
+        parts[part] = cumulative / steps * 1e3
+    return parts
+
+
+def time_steps(  # noqa: ANN001
+    llm, batch_size: int, context: int, warmup: int, steps: int, profile: bool = False
+) -> tuple[float, dict[str, float]]:
+    """Mean wall time of one scheduler step in steady decode, in seconds, and (with `profile`)
+    the host milliseconds per step of its parts, measured on as many further steps."""
     scheduler = llm.scheduler
-    fill_decode_batch(scheduler, batch_size, context, warmup + steps + 4)
+    fill_decode_batch(scheduler, batch_size, context, warmup + 2 * steps + 4)
     for _ in range(warmup):
         scheduler.step()
     elapsed = mean_step_seconds(scheduler, steps)
+    parts = profile_steps(scheduler, steps) if profile else {}
     while scheduler.has_work:
         scheduler.step()
-    return elapsed
+    return elapsed, parts
 
 
 def time_forward(llm, batch_size: int, repeats: int = 50) -> float:  # noqa: ANN001
     """Device time of one decode forward at this batch size (graph replay if captured)."""
     engine = llm.scheduler.engine
-    runner = engine.graph_runner
-    if runner is None or batch_size > runner.max_batch_size:
+    runner = engine.runner
+    if not isinstance(runner, GraphRunner) or batch_size > runner.max_batch_size:
         return float("nan")  # an eager forward needs a live batch: the step time covers it
     graph = runner.graphs[runner.graph_size(batch_size)]
     graph.replay()
@@ -86,6 +128,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--profile", action="store_true", help="host time of a step's parts")
     args = parser.parse_args()
     from minisgl.llm import LLM
 
@@ -99,18 +142,19 @@ def main() -> int:
             max_running_req=max(sizes),
             page_size=16,
             show_progress=False,
-            max_seq_len=args.context + args.warmup + args.steps + 64,
+            max_seq_len=args.context + args.warmup + 2 * args.steps + 64,
             cuda_graph_max_bs=graphs,
         ) as llm:
-            runner = llm.scheduler.engine.graph_runner
-            if runner is not None:
+            runner = llm.scheduler.engine.runner
+            if isinstance(runner, GraphRunner):
                 print(
                     f"  captured {len(runner.graphs)} graphs in {runner.capture_seconds:.1f} s,"
                     f" {runner.capture_bytes / 2**20:.0f} MiB"
                 )
             time_steps(llm, 1, 64, 2, 2)  # first-call costs out of the timing
             for size in sizes:
-                step = time_steps(llm, size, args.context, args.warmup, args.steps)
+                profile = args.profile and variant == "graphs"
+                step, parts = time_steps(llm, size, args.context, args.warmup, args.steps, profile)
                 forward = time_forward(llm, size)
                 print(
                     f"{variant:<12}{size:>6}{step * 1e3:>9.3f}{forward * 1e3:>12.3f}"
@@ -129,6 +173,19 @@ def main() -> int:
                             "forward_s": forward,
                         },
                     )
+                for part, ms in parts.items():
+                    print(f"    {part:<28}{ms:>8.3f} ms of host time per step (cProfile)")
+                    if args.json:
+                        append_result(
+                            args.json,
+                            {
+                                "benchmark": "decode_profile",
+                                "batch": size,
+                                "context": args.context,
+                                "part": part,
+                                "host_ms_per_step": ms,
+                            },
+                        )
         release_gpu_memory()
     return 0
 

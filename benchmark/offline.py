@@ -25,15 +25,19 @@ The workload, the timing and the accounting are minisgl.benchmark's (chapter 21)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+import time
 from pathlib import Path
+from unittest import mock
 
 import torch
 
 from minisgl.benchmark import (
     WORKLOADS,
     OfflineResult,
+    Workload,
     append_result,
     make_workload,
     run_engine,
@@ -51,7 +55,10 @@ VARIANTS: dict[str, dict[str, object]] = {
     "no-graphs": {"cuda_graph_max_bs": 0},
     "no-overlap": {"enable_overlap": False},
     "torch-backend": {"attention_backend": "torch"},
+    "torch-kernels": {},  # chapter 19's kernels off: MINISGL_KERNELS=torch (VARIANT_ENV)
 }
+# Variants that flip an environment switch rather than an engine setting.
+VARIANT_ENV: dict[str, dict[str, str]] = {"torch-kernels": {"MINISGL_KERNELS": "torch"}}
 
 
 def build_random_model(path: Path, dtype: torch.dtype) -> Path:
@@ -87,6 +94,74 @@ def resolve_model(name: str, dtype: torch.dtype) -> Path:
     )
 
 
+class StepClock:
+    """Records the wall time of every scheduler step of the last `LLM.generate` run inside it
+    (the timed one: the warm-up's steps are dropped), with the phase and size of the batch the
+    step launched. With overlap, a step's time is its host work plus the wait for the batch
+    before it."""
+
+    BUCKETS = (1, 16, 64, 128, 192, 256, 10**9)
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[str, int, float]] = []
+
+    def __enter__(self) -> StepClock:
+        from minisgl.scheduler import Scheduler
+
+        original, clock = Scheduler.step, self
+
+        def timed_step(scheduler: Scheduler) -> list:
+            launched = len(scheduler.stats.steps)
+            start = time.perf_counter()
+            outputs = original(scheduler)
+            seconds = time.perf_counter() - start
+            phase, size = ("idle", 0)
+            if len(scheduler.stats.steps) > launched:
+                phase, size, _ = scheduler.stats.steps[-1]
+            clock.steps.append((phase, size, seconds))
+            return outputs
+
+        from minisgl.llm import LLM
+
+        generate = LLM.generate
+
+        def fresh_generate(llm: LLM, *args: object, **kwargs: object) -> list:
+            clock.steps.clear()
+            return generate(llm, *args, **kwargs)
+
+        self._patches = [
+            mock.patch.object(Scheduler, "step", timed_step),
+            mock.patch.object(LLM, "generate", fresh_generate),
+        ]
+        for patch in self._patches:
+            patch.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for patch in self._patches:
+            patch.stop()
+
+    def table(self) -> list[tuple[str, str, int, float]]:
+        """(phase, batch sizes, steps, seconds) for each phase and bucket of batch sizes."""
+        rows = []
+        for phase in ("prefill", "decode", "idle"):
+            for low, high in zip(self.BUCKETS, self.BUCKETS[1:]):
+                times = [s for p, n, s in self.steps if p == phase and low <= n < high]
+                if phase == "idle" and low > 1 or not times and phase != "idle":
+                    continue
+                if times:
+                    rows.append((phase, f"{low}-{high - 1}", len(times), sum(times)))
+        return rows
+
+
+def run_variant(
+    model: Path, work: Workload, dtype: torch.dtype, variant: str, tp: int
+) -> OfflineResult:
+    """The engine's run of one variant, with its environment switches set for the run."""
+    with mock.patch.dict(os.environ, VARIANT_ENV.get(variant, {})):
+        return run_engine(model, work, dtype, VARIANTS[variant] | {"tp_size": tp}, variant)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -109,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hf-batch-size", type=int, default=32)
     parser.add_argument("--tp", type=int, default=1, help="the engine's tensor-parallel size")
     parser.add_argument("--json", type=Path, help="also append each result as a JSON line here")
+    parser.add_argument(
+        "--step-times", action="store_true", help="where the minisgl variant's time goes, by step"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
@@ -132,13 +210,13 @@ def main(argv: list[str] | None = None) -> int:
         results: list[OfflineResult] = []
         # transformers first, so every engine row can show its ratio
         for variant in sorted(variants, key=lambda v: v != "transformers"):
-            result = (
-                run_transformers(model, work, dtype, args.hf_batch_size)
-                if variant == "transformers"
-                else run_engine(
-                    model, work, dtype, VARIANTS[variant] | {"tp_size": args.tp}, variant
+            clock = StepClock()
+            with clock if args.step_times and variant == "minisgl" else contextlib.nullcontext():
+                result = (
+                    run_transformers(model, work, dtype, args.hf_batch_size)
+                    if variant == "transformers"
+                    else run_variant(model, work, dtype, variant, args.tp)
                 )
-            )
             results.append(result)
             ratio = speedups(results).get(variant)
             print(
@@ -161,6 +239,22 @@ def main(argv: list[str] | None = None) -> int:
                         "input_tokens": work.input_tokens,
                     },
                 )
+            for phase, sizes, count, seconds in clock.table():
+                print(f"    {phase:<8} batch {sizes:<8} {count:>5} steps {seconds:>8.3f} s")
+                if args.json:
+                    append_result(
+                        args.json,
+                        {
+                            "benchmark": "offline_steps",
+                            "workload": name,
+                            "variant": variant,
+                            "device": device,
+                            "phase": phase,
+                            "batch_sizes": sizes,
+                            "steps": count,
+                            "seconds": seconds,
+                        },
+                    )
     return 0
 
 

@@ -5,6 +5,7 @@
 #   benchmark/run_gpu.sh tests,offline,steps,timeline        # any stages, run in the order given
 #   benchmark/run_gpu.sh hf                                  # engine and transformers, one run
 #   benchmark/run_gpu.sh kernels,online,moe                  # chapter 19 ablation, online, MoE
+#   benchmark/run_gpu.sh profile                             # a prefill and a decode step's kernels
 #   benchmark/run_gpu.sh tp                                  # on nvidia-h200-x2: TP=1 and TP=2
 #
 # Expects the wheels in .whl/ and the SmolLM2 tokenizer files in .gpu/tokenizer/ (see
@@ -15,8 +16,8 @@ OUT=${OUT:-build/gpu_out}
 mkdir -p "$OUT"
 STAGES=${1:-tests,steps,offline,timeline}
 export PYTHONUNBUFFERED=1 FLASHINFER_CUDA_ARCH_LIST=9.0a MAX_JOBS=16 NCCL_NVLS_ENABLE=0
-# Compiled kernels land in .ficache/; SAVE_FICACHE=1 returns them as ficache.tgz, and a later
-# call that carries .ficache (untarred) skips the compilation (~90 s).
+# Compiled kernels land in .ficache/; SAVE_FICACHE=1 returns them as ficache.tgz (after the
+# first stage), and a later call that carries .ficache (untarred) skips the compilation (~90 s).
 export FLASHINFER_WORKSPACE_BASE=$PWD/.ficache
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
@@ -33,19 +34,21 @@ for stage in ${STAGES//,/ }; do
   case $stage in
     tests)
       python3 -m pytest tests/test_gpu_*.py -v -s \
-          -p no:cacheprovider --timeout 150 ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/gpu_tests.log"
-      [[ -n ${SAVE_FICACHE:-} ]] && tar czf "$OUT/ficache.tgz" .ficache ;;
+          -p no:cacheprovider --timeout 150 ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/gpu_tests.log" ;;
     steps)
-      python3 benchmark/decode_step.py --batch-sizes 1,64,256 --json "$OUT/results.jsonl" \
+      python3 benchmark/decode_step.py --batch-sizes 1,64,256 --profile --json "$OUT/results.jsonl" \
           2>&1 | tee "$OUT/decode_step.log" ;;
     offline)
       python3 benchmark/offline.py --workload official --model random-qwen3-0.6b \
-          --dtype bfloat16 --variants minisgl,no-graphs,no-overlap --json "$OUT/results.jsonl" \
+          --dtype bfloat16 --variants "${OFFLINE_VARIANTS:-minisgl,no-graphs,no-overlap,torch-kernels}" \
+          --json "$OUT/results.jsonl" \
           2>&1 | tee "$OUT/offline.log" ;;
     hf)
       python3 benchmark/offline.py --workload official --model random-qwen3-0.6b \
           --dtype bfloat16 --variants "${HF_VARIANTS:-minisgl,transformers,torch-backend}" --hf-batch-size 256 \
-          --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/offline_hf.log" ;;
+          --step-times --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/offline_hf.log" ;;
+    profile)  # one prefill and one decode step under torch.profiler: kernels and their time
+      python3 benchmark/profile_step.py ${PROFILE_ARGS:-} --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/profile.log" ;;
     kernels)  # chapter 19: the same decode steps with the Triton kernels and with torch's code
       for k in triton torch; do
         MINISGL_KERNELS=$k python3 benchmark/decode_step.py --batch-sizes 1,64,256 \
@@ -64,5 +67,9 @@ for stage in ${STAGES//,/ }; do
           2>&1 | tee "$OUT/timeline.log" ;;
     *) echo "unknown stage $stage"; exit 1 ;;
   esac
+  # after the first stage that compiled something, so a call cut short still returns it
+  if [[ -n ${SAVE_FICACHE:-} && -d .ficache && ! -f $OUT/ficache.tgz ]]; then
+    tar czf "$OUT/ficache.tgz" .ficache
+  fi
 done
 ls -la "$OUT"

@@ -34,7 +34,6 @@ import torch
 
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.engine import Engine, EngineConfig
-from minisgl.engine import engine as engine_module
 from minisgl.llm import LLM
 
 ROOT = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd()
@@ -171,7 +170,5 @@ for backend in ("torch", "flashinfer"):
 same = sum(a == b for x, y in zip(outputs["flashinfer"], outputs["torch"]) for a, b in zip(x, y))
 total = sum(len(ids) for ids in outputs["torch"])
 print(f"tokens equal to the torch backend's: {same} of {total}")
-auto = engine_module.resolve_attention_backend(
-    "auto", fi_engine.device, fi_engine.dtype, fi_engine.model_config.head_dim
-)
+auto = engine("auto").backend_name
 print(f"attention_backend='auto' picks {auto!r} here ({fi_engine.device}, {fi_engine.dtype})")

@@ -92,7 +92,7 @@ def serve(graph_max_bs: int) -> tuple[list[list[int]], list, object, float]:
         return (
             [out["token_ids"] for out in outs],
             llm.scheduler.stats.steps,
-            llm.scheduler.engine.graph_runner,
+            llm.scheduler.engine.runner,
             seconds,
         )
 

@@ -32,7 +32,8 @@ from pathlib import Path
 import triton
 
 from minisgl.core import Batch, Req, SamplingParams
-from minisgl.kernels import prepare_inputs, store_kv, write_next_tokens
+from minisgl.kernels.kv_store import KernelKVCache, store_kv
+from minisgl.kernels.step_inputs import KernelTableManager, prepare_inputs, write_next_tokens
 from minisgl.kernels.step_inputs import REQUESTS_PER_PROGRAM, TOKENS_PER_PROGRAM
 from minisgl.kvcache import MHAKVCache
 from minisgl.scheduler import Scheduler, SchedulerConfig, TableManager
@@ -69,7 +70,6 @@ def store_demo(tokens: int = 5, num_slots: int = 32) -> None:
         pool.k_cache(0).copy_(noise)
         pool.v_cache(0).copy_(-noise)
     kernel_pool, torch_pool = pools
-    torch_pool.use_kernels = False  # chapter 4's torch code, even on CUDA
     store_kv(kernel_pool.k_cache(0), kernel_pool.v_cache(0), k, v, out_loc)
     torch_pool.store_kv(k, v, out_loc, 0)
     block = triton.next_power_of_2(HEAD_DIM)
@@ -113,7 +113,6 @@ def step_demo() -> None:
     for manager in managers:
         manager.token_pool.copy_(tokens)
     kernel_table, torch_table = managers
-    torch_table.use_kernels = False
     ledgers = [(2, 6, 6 + TOKENS_PER_PROGRAM + 3), (0, 0, 5), (3, 17, 18)]  # row, cached, device
     reqs = [
         Req(torch.arange(device, dtype=torch.int32), row, cached, 4, uid, SamplingParams())
@@ -156,14 +155,15 @@ step_demo()
 # %% [markdown]
 # ## The engine with the kernels
 #
-# On CUDA the engine uses the kernels by default (`MINISGL_KERNELS=torch` turns them off).
-# Here we set the same switch by hand, which forces them on the CPU too, and compare the
-# greedy tokens of a tiny Qwen3 with those of the torch code. (CUDA graphs stay off: a graph
-# captured with one setting would keep replaying its kernels after the switch is flipped.)
+# On CUDA the engine builds its KV pool and table manager with the kernels by default
+# (`MINISGL_KERNELS=torch` keeps chapter 4's torch code). `MINISGL_KERNELS=triton` uses them on
+# any device: here, on the CPU too, we compare the greedy tokens of a tiny Qwen3 with and
+# without them. The switch is read when an engine is built.
 
 
 # %%
-def generate(use_kernels: bool) -> list[list[int]]:
+def generate(kernels: str) -> list[list[int]]:
+    os.environ["MINISGL_KERNELS"] = kernels  # read when the engine is built
     scheduler = Scheduler(
         SchedulerConfig(
             str(MODEL),
@@ -174,8 +174,7 @@ def generate(use_kernels: bool) -> list[list[int]]:
             show_progress=False,
         )
     )
-    scheduler.engine.kv_cache.use_kernels = use_kernels
-    scheduler.table_manager.use_kernels = use_kernels
+    del os.environ["MINISGL_KERNELS"]
     prompts = [[1, 15, 27, 300, 4], [1, 99, 7, 7, 7, 7, 7, 7, 7]]
     uids = [
         scheduler.add_request(p, SamplingParams(max_tokens=6, ignore_eos=True)) for p in prompts
@@ -187,7 +186,7 @@ def generate(use_kernels: bool) -> list[list[int]]:
     return [tokens[uid] for uid in uids]
 
 
-with_kernels, with_torch = generate(True), generate(False)
+with_kernels, with_torch = generate("triton"), generate("torch")
 for i, (a, b) in enumerate(zip(with_kernels, with_torch)):
     print(f"prompt {i}: kernels {a}, torch {b}, equal: {a == b}")
 
@@ -214,12 +213,9 @@ def time_ms(fn, repeats: int = 200) -> float:  # noqa: ANN001 - a callable of no
     return start.elapsed_time(end) / repeats
 
 
-def kernel_vs_torch(owner: MHAKVCache | TableManager, call) -> tuple[float, float]:  # noqa: ANN001
-    """Time call() with the owner's kernels, then with its torch code: (triton ms, torch ms)."""
-    owner.use_kernels = True
-    kernel_ms = time_ms(call)
-    owner.use_kernels = False
-    return kernel_ms, time_ms(call)
+def kernel_vs_torch(with_kernel, with_torch) -> tuple[float, float]:  # noqa: ANN001
+    """Time the kernel version of a call, then chapter 4's torch one: (triton ms, torch ms)."""
+    return time_ms(with_kernel), time_ms(with_torch)
 
 
 def benchmark() -> list[tuple[str, float, float]]:
@@ -229,22 +225,23 @@ def benchmark() -> list[tuple[str, float, float]]:
     enough, the device waits, and that wait counts, as it does in a real step.
     """
     rows = []
-    pool = MHAKVCache(65_536, 1, 8, 128, torch.bfloat16, DEVICE)
+    pools = [cls(65_536, 1, 8, 128, torch.bfloat16, DEVICE) for cls in (KernelKVCache, MHAKVCache)]
     for tokens in (1, 256):
         kv = torch.randn(tokens, 8, 128, device=DEVICE, dtype=torch.bfloat16)
         loc = torch.randperm(65_536, device=DEVICE)[:tokens].int()
-        times = kernel_vs_torch(pool, lambda: pool.store_kv(kv, kv, loc, 0))
+        times = kernel_vs_torch(*[lambda p=p: p.store_kv(kv, kv, loc, 0) for p in pools])
         rows.append((f"store_kv, {tokens} tokens", *times))
-    manager = TableManager(256, paged_table(rows=256, row_len=1024, page_size=16))
+    table = paged_table(rows=256, row_len=1024, page_size=16)
+    managers = [cls(256, table) for cls in (KernelTableManager, TableManager)]
     reqs = [
         Req(torch.arange(513, dtype=torch.int32), row, 512, 64, row, SamplingParams())
         for row in range(256)
     ]
     batch = Batch(reqs, "decode")
     sampled = torch.zeros(256, dtype=torch.int64, device=DEVICE)
-    times = kernel_vs_torch(manager, lambda: manager.prepare_inputs(batch))
+    times = kernel_vs_torch(*[lambda m=m: m.prepare_inputs(batch) for m in managers])
     rows.append(("prepare_inputs, 256 requests", *times))
-    times = kernel_vs_torch(manager, lambda: manager.write_next_tokens(batch, sampled))
+    times = kernel_vs_torch(*[lambda m=m: m.write_next_tokens(batch, sampled) for m in managers])
     rows.append(("write_next_tokens, 256 requests", *times))
     return rows
 

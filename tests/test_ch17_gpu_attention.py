@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 from functools import partial
 
 import pytest
@@ -22,7 +23,8 @@ from conftest import TINY_MODELS, greedy, guarded_llm, require_model
 from minisgl.attention.fi import gather_page_indices, page_lists
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.engine import Engine, EngineConfig
-from minisgl.engine import engine as engine_module
+from minisgl.attention import ATTENTION_BACKENDS
+from minisgl.attention.fi import create_flashinfer_backend
 
 MODEL = TINY_MODELS["qwen3"]
 
@@ -169,8 +171,9 @@ class FakeFlashInfer:
 
 def use_fake_flashinfer(monkeypatch: pytest.MonkeyPatch, fake: FakeFlashInfer) -> None:
     """Make the engine's "flashinfer" backend a FlashInferBackend over `fake`."""
-    build = partial(engine_module._flashinfer_backend, wrappers=fake)
-    monkeypatch.setitem(engine_module.ATTENTION_BACKENDS, "flashinfer", build)
+    entry = ATTENTION_BACKENDS["flashinfer"]
+    build = partial(create_flashinfer_backend, wrappers=fake)
+    monkeypatch.setitem(ATTENTION_BACKENDS, "flashinfer", replace(entry, create=build))
 
 
 # ----- page lists ------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from test_ch17_gpu_attention import (
 from minisgl.attention.fi import page_lists, pad_page_lists
 from minisgl.core import Batch
 from minisgl.engine import Engine, EngineConfig
+from minisgl.engine import graph as graph_module
 from minisgl.engine.graph import GraphRunner, graph_batch_sizes
 
 MODEL = TINY_MODELS["qwen3"]
@@ -69,7 +70,8 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch, fake: FakeFlashInfer) -> None:
     """Engines built from now on use FakeFlashInfer, and capture FakeGraphs up to
     cuda_graph_max_bs (graphs need a GPU otherwise)."""
     use_fake_flashinfer(monkeypatch, fake)
-    monkeypatch.setattr(Engine, "_graph_max_batch_size", lambda self: self.config.cuda_graph_max_bs)
+    max_batch_size = lambda engine: engine.config.cuda_graph_max_bs  # noqa: E731
+    monkeypatch.setattr(graph_module, "graph_max_batch_size", max_batch_size)
     monkeypatch.setattr(GraphRunner, "graph_type", FakeGraph)
 
 
@@ -107,8 +109,8 @@ def test_the_ladder_covers_every_batch_size_with_little_padding(max_bs):
 
 def test_each_batch_replays_the_smallest_graph_that_holds_it(monkeypatch, fake):
     engine = graph_engine(monkeypatch, fake, max_bs=12)
-    runner = engine.graph_runner
-    assert runner is not None and runner.batch_sizes == graph_batch_sizes(12)
+    runner = engine.runner
+    assert isinstance(runner, GraphRunner) and runner.batch_sizes == graph_batch_sizes(12)
     for n in range(1, 13):
         assert runner.graph_size(n) == min(s for s in runner.batch_sizes if s >= n)
     decode, prefill = Batch([None] * 12, "decode"), Batch([None] * 2, "prefill")
@@ -118,7 +120,7 @@ def test_each_batch_replays_the_smallest_graph_that_holds_it(monkeypatch, fake):
 
 def test_graphs_are_captured_largest_first_in_one_pool(monkeypatch, fake):
     engine = graph_engine(monkeypatch, fake, max_bs=12)
-    runner = engine.graph_runner
+    runner = engine.runner
     assert sorted(runner.graphs) == runner.batch_sizes
     order = sorted(runner.graphs, key=lambda size: runner.graphs[size].order)
     assert order == sorted(runner.batch_sizes, reverse=True)
@@ -151,7 +153,7 @@ def test_a_padded_batch_is_planned_into_the_graphs_fixed_buffers(monkeypatch, fa
     engine.prepare_batch(batch)
     wrapper = batch.attn_metadata.wrapper
     assert fake.log[-1] == ("graph decode", "plan") and wrapper.use_cuda_graph
-    assert wrapper is engine.graph_runner.graphs[4].forward.args[1].wrapper  # graph 4's own
+    assert wrapper is engine.runner.graphs[4].forward.args[1].wrapper  # graph 4's own
     walked = [pages_by_walking(engine.page_table, i, n, 4) for i, n in enumerate(seq_lens)]
     pad_page = engine.num_pages  # the spare page past the scheduler's
     indptr, indices, last_page_len = (t.tolist() for t in wrapper.buffers)
@@ -166,7 +168,7 @@ def test_a_replay_equals_the_eager_forward_and_writes_no_live_kv(monkeypatch, fa
     K/V only at B's slots and on the spare page."""
     engine = graph_engine(monkeypatch, fake, max_bs=4)
     fill_pool(engine)
-    runner = engine.graph_runner
+    runner = engine.runner
     a = hand_batch(engine, [6, 11, 2, 17], [5, 10, 1, 16], "decode")
     engine.prepare_batch(a)
     with torch.inference_mode():
@@ -205,8 +207,12 @@ def greedy_runs(monkeypatch: pytest.MonkeyPatch, fake: FakeFlashInfer) -> Iterat
         )
         with llm:
             outs = llm.generate(batch, [greedy(3 + 2 * i) for i in range(len(batch))])
-            runner = llm.scheduler.engine.graph_runner
-            replays = {n: g.replays for n, g in runner.graphs.items()} if runner else {}
+            runner = llm.scheduler.engine.runner
+            replays = (
+                {n: g.replays for n, g in runner.graphs.items()}
+                if isinstance(runner, GraphRunner)
+                else {}
+            )
         return [out["token_ids"] for out in outs], replays
 
     yield run

@@ -21,7 +21,8 @@ import torch
 from conftest import TINY_MODELS, hf_greedy_cached, require_model, run_until_idle
 
 from minisgl.core import Batch, Req, SamplingParams
-from minisgl.kernels import prepare_inputs, store_kv, write_next_tokens
+from minisgl.kernels.kv_store import KernelKVCache, store_kv
+from minisgl.kernels.step_inputs import KernelTableManager, prepare_inputs, write_next_tokens
 from minisgl.kernels.step_inputs import REQUESTS_PER_PROGRAM, TOKENS_PER_PROGRAM
 from minisgl.kvcache import MHAKVCache
 from minisgl.scheduler import Scheduler, SchedulerConfig, TableManager
@@ -163,7 +164,10 @@ ENGINE_PROMPTS = [[1, 15, 27, 300, 4, 19, 88], [1, 99, 7], [1, 8, 8, 8, 8, 8, 8,
 
 
 @pytest.mark.parametrize("page_size", [1, 4])
-def test_scheduler_with_the_kernels_forced_gives_transformers_greedy_tokens(page_size: int) -> None:
+def test_scheduler_with_the_kernels_forced_gives_transformers_greedy_tokens(
+    page_size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MINISGL_KERNELS", "triton")  # what CUDA does by default, here on the CPU
     scheduler = Scheduler(
         SchedulerConfig(
             str(require_model(QWEN3)),
@@ -175,9 +179,8 @@ def test_scheduler_with_the_kernels_forced_gives_transformers_greedy_tokens(page
             show_progress=False,
         )
     )
-    # what CUDA does by default, here in Triton's interpreter
-    scheduler.engine.kv_cache.use_kernels = True
-    scheduler.table_manager.use_kernels = True
+    assert isinstance(scheduler.engine.kv_cache, KernelKVCache)
+    assert isinstance(scheduler.table_manager, KernelTableManager)
     uids = [
         scheduler.add_request(ids, SamplingParams(max_tokens=6, ignore_eos=True))
         for ids in ENGINE_PROMPTS

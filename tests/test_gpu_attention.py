@@ -34,13 +34,14 @@ requires_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs CUDA and flashinfer
     ],
 )
 def test_auto_backend_is_torch_wherever_flashinfer_cannot_run(device, dtype, head_dim):
-    from minisgl.engine.engine import resolve_attention_backend
+    from minisgl.attention import AttnSetup, resolve_backend
 
-    assert resolve_attention_backend("auto", torch.device(device), dtype, head_dim) == "torch"
-    assert (
-        resolve_attention_backend("flashinfer", torch.device("cpu"), dtype, head_dim)
-        == "flashinfer"
-    )  # an explicit choice stays
+    def setup(on: str) -> AttnSetup:  # only the shapes, dtype and device matter here
+        table = torch.zeros(1, 1, dtype=torch.int32)
+        return AttnSetup(None, table, 16, 16, 8, head_dim, dtype, torch.device(on))  # type: ignore[arg-type]
+
+    assert resolve_backend("auto", setup(device)) == "torch"
+    assert resolve_backend("flashinfer", setup("cpu")) == "flashinfer"  # an explicit choice stays
 
 
 @pytest.fixture(scope="module")
@@ -244,15 +245,15 @@ def test_cuda_graphs_give_the_same_tokens_as_eager_decode(qwen3_h128):
 @pytest.mark.gpu
 @requires_gpu
 def test_graph_capture_reports_its_time_and_memory(qwen3_h128):
-    from minisgl.engine import Engine, EngineConfig
+    from minisgl.engine import Engine, EngineConfig, GraphRunner
 
     engine = Engine(
         EngineConfig(
             str(qwen3_h128), page_size=16, num_pages=256, max_running_req=64, show_progress=False
         )
     )
-    runner = engine.graph_runner
-    assert runner is not None and engine.backend_name == "flashinfer"
+    runner = engine.runner
+    assert isinstance(runner, GraphRunner) and engine.backend_name == "flashinfer"
     print(
         f"captured {len(runner.graphs)} graphs (batch {runner.batch_sizes[0]}.."
         f"{runner.max_batch_size}) in {runner.capture_seconds:.2f} s, "
@@ -260,3 +261,56 @@ def test_graph_capture_reports_its_time_and_memory(qwen3_h128):
     )
     assert sorted(runner.graphs) == runner.batch_sizes and runner.batch_sizes[-1] == 64
     assert runner.graph_size(5) == 8 and runner.graph_size(64) == 64
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_fused_layers_stay_within_bf16_tolerance_of_the_torch_layers(qwen3_h128, monkeypatch):
+    """Chapter 19's fused norms, RoPE and SiLU-and-mul (on by default for bf16 on CUDA) against
+    chapter 2's torch layers: both in bf16, both measured against the model in float32."""
+    from minisgl.kernels.fused_layers import FusedRMSNorm
+
+    prompts = random_prompts(8, seed=3)
+    reference = HandBatch(qwen3_h128, "torch", prompts, 8, dtype=torch.float32)
+    monkeypatch.setenv("MINISGL_KERNELS", "torch")
+    plain = HandBatch(qwen3_h128, "flashinfer", prompts, 8)
+    monkeypatch.delenv("MINISGL_KERNELS")
+    fused = HandBatch(qwen3_h128, "flashinfer", prompts, 8)
+    assert isinstance(fused.engine.model.model.norm, FusedRMSNorm)
+    assert not isinstance(plain.engine.model.model.norm, FusedRMSNorm)
+
+    def error(logits: torch.Tensor, ref: torch.Tensor) -> float:
+        return ((logits - ref).norm() / ref.norm()).item()
+
+    tokens = None
+    for step in range(4):
+        ref = reference.step(tokens)
+        plain_error, fused_error = error(plain.step(tokens), ref), error(fused.step(tokens), ref)
+        print(
+            f"step {step}: relative error to float32, torch layers {plain_error:.2e}, "
+            f"fused {fused_error:.2e}"
+        )
+        assert fused_error <= 1.25 * plain_error + 1e-3
+        tokens = ref.argmax(-1).tolist()  # teacher forcing: all three see the same tokens
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_an_llm_closed_gives_the_next_one_the_same_kv_pool(qwen3_h128):
+    """Two LLMs one after the other in one process: the second sizes its KV pool from the
+    memory the first gave back (torch's caching allocator would otherwise keep it)."""
+    import gc
+
+    from minisgl.llm import LLM
+
+    gc.collect()  # what earlier tests of this process left behind
+    torch.cuda.empty_cache()
+    pages = []
+    for _ in range(2):
+        with LLM(str(qwen3_h128), page_size=16, show_progress=False) as llm:
+            pages.append(llm.scheduler.engine.num_pages)
+            llm.generate([[1, 2, 3, 4]], SamplingParams(max_tokens=4, ignore_eos=True))
+    print(f"KV pages of two LLMs in a row: {pages}")
+    # What stays is torch's per-process state (cuBLAS workspaces and the like): measured on an
+    # H200, 0.14% of the pages (484,305 then 483,612). Without the fix, about a seventh.
+    assert abs(pages[1] - pages[0]) <= 0.005 * pages[0]

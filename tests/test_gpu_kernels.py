@@ -33,7 +33,7 @@ KV_HEADS, HEAD_DIM, PAGE = 8, 128, 16
 
 @pytest.mark.parametrize("tokens", [1, 37, 256, 4096])
 def test_store_kv_kernel_matches_the_torch_store_on_the_gpu(tokens: int) -> None:
-    from minisgl.kernels import store_kv
+    from minisgl.kernels.kv_store import store_kv
     from minisgl.kvcache import MHAKVCache
 
     pools = [MHAKVCache(8192, 2, KV_HEADS, HEAD_DIM, torch.bfloat16, CUDA) for _ in (0, 1)]
@@ -46,7 +46,6 @@ def test_store_kv_kernel_matches_the_torch_store_on_the_gpu(tokens: int) -> None
     v = qkv[:, 24 * HEAD_DIM :].view(tokens, KV_HEADS, HEAD_DIM)
     out_loc = torch.randperm(8192, device=CUDA)[:tokens].int()
     kernel_pool, torch_pool = pools
-    torch_pool.use_kernels = False
     store_kv(kernel_pool.k_cache(1), kernel_pool.v_cache(1), k, v, out_loc)
     torch_pool.store_kv(k, v, out_loc, 1)
     assert torch.equal(kernel_pool._buffer, torch_pool._buffer)
@@ -61,7 +60,7 @@ def decode_and_prefill_batches() -> list[list[tuple[int, int, int]]]:
 
 @pytest.mark.parametrize("ledgers", decode_and_prefill_batches(), ids=["decode", "prefill"])
 def test_step_input_kernels_match_the_torch_code_on_the_gpu(ledgers) -> None:  # noqa: ANN001
-    from minisgl.kernels import prepare_inputs, write_next_tokens
+    from minisgl.kernels.step_inputs import prepare_inputs, write_next_tokens
     from minisgl.scheduler import TableManager
 
     pages = torch.randperm(256 * 64, device=CUDA).view(256, 64, 1)
@@ -71,7 +70,6 @@ def test_step_input_kernels_match_the_torch_code_on_the_gpu(ledgers) -> None:  #
     for manager in managers:
         manager.token_pool.copy_(tokens)
     kernel_table, torch_table = managers
-    torch_table.use_kernels = False
     reqs = [
         Req(torch.arange(device, dtype=torch.int32), row, cached, 8, uid, SamplingParams())
         for uid, (row, cached, device) in enumerate(ledgers)
@@ -89,15 +87,24 @@ def test_step_input_kernels_match_the_torch_code_on_the_gpu(ledgers) -> None:  #
 
 
 def test_the_engine_uses_the_kernels_on_cuda_unless_told_not_to(monkeypatch) -> None:  # noqa: ANN001
-    from minisgl.kvcache import MHAKVCache
-    from minisgl.scheduler import TableManager
+    from minisgl.engine import Engine, EngineConfig
+    from minisgl.kernels.fused_layers import FusedRMSNorm
+    from minisgl.kernels.kv_store import KernelKVCache
+    from minisgl.kernels.step_inputs import KernelTableManager
 
-    table = torch.zeros(2, 8, dtype=torch.int32, device=CUDA)
-    assert MHAKVCache(8, 1, 1, 8, torch.float32, CUDA).use_kernels
-    assert TableManager(2, table).use_kernels
+    def build() -> Engine:
+        model = str(require_model(TINY_MODELS["qwen3"]))
+        config = EngineConfig(model, num_pages=64, cuda_graph_max_bs=0, show_progress=False)
+        return Engine(config)
+
+    engine = build()
+    assert isinstance(engine.kv_cache, KernelKVCache)
+    assert engine.table_manager_type is KernelTableManager
+    assert isinstance(engine.model.model.norm, FusedRMSNorm)  # bf16: the layers are fused
     monkeypatch.setenv("MINISGL_KERNELS", "torch")
-    assert not MHAKVCache(8, 1, 1, 8, torch.float32, CUDA).use_kernels
-    assert not TableManager(2, table).use_kernels
+    engine = build()
+    assert not isinstance(engine.kv_cache, KernelKVCache)
+    assert not isinstance(engine.model.model.norm, FusedRMSNorm)
 
 
 def greedy_tokens(kernels: str) -> list[list[int]]:

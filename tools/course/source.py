@@ -139,14 +139,21 @@ def replace_functions(text: str, new_sources: dict[str, list[str]]) -> str:
 
 
 def filter_init(text: str, path: str, present: set[str]) -> str:
-    """Drop the `from .x import ...` statements of an __init__.py whose module x is absent."""
+    """Drop the `from .x import ...` and `from minisgl import x` statements of an __init__.py
+    whose module x is absent (the second kind imports a package that extends this one)."""
     package = posixpath.dirname(path)
     lines = text.splitlines(keepends=True)
     for node in reversed(ast.parse(text).body):
-        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
-            module = posixpath.join(package, *node.module.split("."))
-            if not {f"{module}.py", f"{module}/__init__.py"} & present:
-                del lines[node.lineno - 1 : node.end_lineno]
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level == 1 and node.module:
+            modules = [posixpath.join(package, *node.module.split("."))]
+        elif node.level == 0 and node.module == "minisgl":
+            modules = [alias.name for alias in node.names]
+        else:
+            continue
+        if not any({f"{m}.py", f"{m}/__init__.py"} & present for m in modules):
+            del lines[node.lineno - 1 : node.end_lineno]
     return "".join(lines)
 
 

@@ -1,7 +1,8 @@
 """Every environment switch of minisgl, in one place.
 
 MINISGL_DISABLE_OVERLAP=1   run the scheduler's plain loop instead of overlap scheduling
-MINISGL_KERNELS=torch       keep chapter 4's torch code on CUDA instead of chapter 19's kernels
+MINISGL_KERNELS=torch       keep the torch code on CUDA instead of chapter 19's Triton kernels
+MINISGL_KERNELS=triton      use the kernels on any device (on a CPU under TRITON_INTERPRET=1)
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ class _Env:
         return _flag("MINISGL_DISABLE_OVERLAP")
 
     @property
-    def TORCH_KERNELS(self) -> bool:  # noqa: N802
-        return os.environ.get("MINISGL_KERNELS", "").strip().lower() == "torch"
+    def KERNELS(self) -> str:  # noqa: N802
+        """ "torch", "triton", or "" (the default: the kernels on CUDA only)."""
+        return os.environ.get("MINISGL_KERNELS", "").strip().lower()
 
 
 ENV = _Env()  # read at use time, so tests can flip switches with monkeypatch.setenv

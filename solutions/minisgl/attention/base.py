@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
+from minisgl.utils import ConfigError
+
 if TYPE_CHECKING:
     from minisgl.core import Batch
+    from minisgl.kvcache.base import BaseKVCachePool
 
 
 @dataclass
@@ -33,3 +36,51 @@ class BaseAttnBackend(ABC):
         q: [tokens, heads, head_dim]; k, v: [tokens, kv_heads, head_dim]; returns like q.
         Each token attends to its own request's tokens at positions <= its own.
         """
+
+
+@dataclass(frozen=True)
+class AttnSetup:
+    """What the engine knows when it builds a backend: the pool, the table and the shapes."""
+
+    kv_cache: BaseKVCachePool
+    page_table: torch.Tensor
+    page_size: int
+    num_heads: int  # query heads this process computes
+    num_kv_heads: int
+    head_dim: int
+    dtype: torch.dtype
+    device: torch.device
+
+
+@dataclass(frozen=True)
+class BackendEntry:
+    """A registered backend: how to build it, when "auto" may pick it, and how much it wants to."""
+
+    create: Callable[[AttnSetup], BaseAttnBackend]
+    usable: Callable[[AttnSetup], bool]  # may "auto" choose it for this setup?
+    priority: int  # "auto" takes the usable backend of highest priority
+
+
+# Backends register themselves when their module is imported (attention/__init__.py imports
+# every backend module there is), so the engine names none of them.
+ATTENTION_BACKENDS: dict[str, BackendEntry] = {}
+
+
+def register_backend(name: str, entry: BackendEntry) -> None:
+    ATTENTION_BACKENDS[name] = entry
+
+
+def resolve_backend(name: str, setup: AttnSetup) -> str:
+    """The registered backend that `name` means: itself, or for "auto" the usable backend of
+    highest priority; ConfigError for a name nobody registered."""
+    if name == "auto":
+        usable = [(e.priority, n) for n, e in ATTENTION_BACKENDS.items() if e.usable(setup)]
+        if not usable:
+            raise ConfigError("no attention backend is usable on this device")
+        return max(usable)[1]
+    if name not in ATTENTION_BACKENDS:
+        raise ConfigError(
+            f"attention backend {name!r} is not available "
+            f"(choose from: auto, {', '.join(ATTENTION_BACKENDS)})"
+        )
+    return name

@@ -14,7 +14,12 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from minisgl.attention.base import BaseAttnBackend, BaseAttnMetadata
+from minisgl.attention.base import (
+    BackendEntry,
+    BaseAttnBackend,
+    BaseAttnMetadata,
+    register_backend,
+)
 from minisgl.kvcache.base import BaseKVCachePool
 from minisgl.utils import make_device_tensor
 
@@ -116,3 +121,13 @@ class TorchAttnBackend(BaseAttnBackend):
         # [batch, heads, max_extend, head_dim] -> the batch's tokens, in order
         out = out.transpose(1, 2).reshape(-1, num_heads, head_dim)
         return out[meta.query_slots]
+
+
+register_backend(
+    "torch",
+    BackendEntry(
+        create=lambda setup: TorchAttnBackend(setup.kv_cache, setup.page_table),
+        usable=lambda setup: True,  # any device, any dtype
+        priority=0,
+    ),
+)

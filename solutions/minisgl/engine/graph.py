@@ -14,18 +14,25 @@ store their K/V into a spare page that no request owns, and their logits are ign
 The graph itself is a `DeviceGraph`: `CudaGraph` on a GPU. The CPU tests put a stand-in in
 `GraphRunner.graph_type` whose replay re-runs the recorded forward on the same fixed tensors,
 which is all a replay can see.
+
+This module registers `capture_decode_graphs` as an engine extension: every engine on a GPU,
+with a backend that can plan into fixed buffers, replaces its eager runner by a GraphRunner.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from functools import partial
-from typing import Callable, Protocol
+from typing import Callable, Protocol, cast
 
 import torch
 from torch import nn
 
 from minisgl.core import Batch, Context
+from minisgl.engine.engine import EagerRunner, Engine, EngineExtension, register_engine_extension
+
+MAX_GRAPH_BATCH_SIZE = 256  # default cap of cuda_graph_max_bs
 
 
 class GraphAttnBackend(Protocol):
@@ -47,7 +54,7 @@ class DeviceGraph(Protocol):
 
     @staticmethod
     def new_pool() -> object:
-        """A memory pool graphs can share (one graph runs at a time)."""
+        """What the graphs of one runner share: a memory pool (one graph runs at a time)."""
         ...
 
     @staticmethod
@@ -56,18 +63,27 @@ class DeviceGraph(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class CudaCapturePool:
+    """What every graph of one runner shares: the memory pool, and the stream they are
+    captured on (torch keeps a cuBLAS workspace per stream until the process ends)."""
+
+    handle: object
+    stream: torch.cuda.Stream
+
+
 class CudaGraph:
-    """torch.cuda.CUDAGraph, warmed up on a side stream before it records."""
+    """torch.cuda.CUDAGraph, warmed up on the capture stream before it records."""
 
     def __init__(self) -> None:
         self.graph = torch.cuda.CUDAGraph()
 
     def capture(self, forward: Callable[[], torch.Tensor], pool: object) -> torch.Tensor:
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):  # warm up: lazy initialisation stays out of the graph
+        assert isinstance(pool, CudaCapturePool)
+        pool.stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(pool.stream):  # warm up: lazy initialisation stays out of the graph
             forward()
-        with torch.cuda.graph(self.graph, pool=pool, stream=stream):
+        with torch.cuda.graph(self.graph, pool=pool.handle, stream=pool.stream):
             return forward()
 
     def replay(self) -> None:
@@ -75,7 +91,7 @@ class CudaGraph:
 
     @staticmethod
     def new_pool() -> object:
-        return torch.cuda.graph_pool_handle()
+        return CudaCapturePool(torch.cuda.graph_pool_handle(), torch.cuda.Stream())
 
     @staticmethod
     def memory_in_use() -> int:
@@ -96,8 +112,9 @@ def graph_batch_sizes(max_batch_size: int) -> list[int]:
     return sorted(set(sizes))
 
 
-class GraphRunner:
-    """Captures the decode forward at each graph batch size, and replays it for a batch."""
+class GraphRunner(EagerRunner):
+    """Captures the decode forward at each graph batch size, and replays it for a batch;
+    batches no graph can run (prefills, larger decodes) run eagerly."""
 
     graph_type: type[DeviceGraph] = CudaGraph
 
@@ -109,7 +126,8 @@ class GraphRunner:
         max_batch_size: int,
         pad_page: int,
     ) -> None:
-        self.model, self.ctx, self.backend = model, ctx, backend
+        super().__init__(model, ctx, backend)
+        self.backend = backend
         self.pad_page = pad_page
         self.pad_slot = pad_page * ctx.page_size
         self.batch_sizes = graph_batch_sizes(max_batch_size)
@@ -171,8 +189,16 @@ class GraphRunner:
         return next(n for n in self.batch_sizes if n >= batch_size)
 
     def prepare(self, batch: Batch) -> None:
-        """Plan the attention of the graph this batch will replay (its metadata)."""
-        self.backend.prepare_for_graph(batch, self.graph_size(batch.size), self.pad_page)
+        """Plan the attention of the graph this batch will replay (its metadata), or of its
+        eager forward."""
+        if self.can_run(batch):
+            self.backend.prepare_for_graph(batch, self.graph_size(batch.size), self.pad_page)
+        else:
+            super().prepare(batch)
+
+    def run(self, batch: Batch) -> torch.Tensor:
+        """The logits of a prepared batch: a graph's replay, or the eager forward."""
+        return self.replay(batch) if self.can_run(batch) else super().run(batch)
 
     def replay(self, batch: Batch) -> torch.Tensor:
         """Copy the batch into the fixed inputs, replay its graph; logits [batch size, vocab].
@@ -191,3 +217,33 @@ class GraphRunner:
         self.out_loc[size:graph_size].fill_(self.pad_slot)
         self.graphs[graph_size].replay()
         return self.logits[graph_size][:size]
+
+
+def graph_max_batch_size(engine: Engine) -> int:
+    """Largest decode batch to replay from a CUDA graph; 0 when graphs do not apply: they
+    need a GPU and a backend that plans into fixed buffers (FlashInfer's)."""
+    if engine.device.type != "cuda" or not hasattr(engine.attn_backend, "prepare_for_graph"):
+        return 0
+    wanted = engine.config.cuda_graph_max_bs
+    if wanted is None:
+        wanted = MAX_GRAPH_BATCH_SIZE
+    return min(wanted, engine.config.max_running_req)
+
+
+def capture_decode_graphs(engine: Engine) -> None:
+    """Replace the engine's eager runner by a GraphRunner with every graph captured.
+
+    Padding rows store their K/V into the pool's last page, so the graphs keep that page:
+    the scheduler sees one page fewer.
+    """
+    max_batch_size = graph_max_batch_size(engine)
+    if max_batch_size == 0:
+        return
+    engine.num_pages -= 1
+    backend = cast(GraphAttnBackend, engine.attn_backend)
+    runner = GraphRunner(engine.model, engine.ctx, backend, max_batch_size, engine.num_pages)
+    runner.capture()
+    engine.runner = runner
+
+
+register_engine_extension(EngineExtension("cuda graphs", order=100, finish=capture_decode_graphs))

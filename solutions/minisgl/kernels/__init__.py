@@ -1,28 +1,52 @@
 """Triton kernels for work that torch does in many tiny launches (chapter 19).
 
-On CUDA the engine calls them in place of the torch code of chapter 4 (the KV store, the step's
-input gather, the sampled tokens' write-back); on the CPU it keeps that torch code, which is
-also what the tests compare the kernels against.
+On CUDA the engine uses them in place of the torch code of chapters 2-4: the KV store, the
+step's input gather and the sampled tokens' write-back (`KernelKVCache`, `KernelTableManager`),
+and for 16-bit models the decoder's norms, RoPE and SiLU-and-mul (`fuse_layers`). The choice is
+made once, per engine, by the extension this package registers; on the CPU the engine keeps the
+torch code, which is also what the tests compare the kernels against.
 
-MINISGL_KERNELS=torch   keep the torch code on CUDA too (an ablation: how much do they save?);
-                        read through minisgl.env, like every switch
+MINISGL_KERNELS=torch   keep the torch code on CUDA too (an ablation: how much do they save?)
+MINISGL_KERNELS=triton  use the kernels on a CPU too (under TRITON_INTERPRET=1: the tests)
 
 Under TRITON_INTERPRET=1 (set before triton is imported) the kernels also run on CPU tensors,
 one program at a time in numpy: slow, but exact, which is how the course tests them without
-a GPU.
+a GPU. This module imports no triton itself, so importing the engine never does.
 """
 
 from __future__ import annotations
 
+import torch
+
+from minisgl.engine import Engine, EngineExtension, register_engine_extension
 from minisgl.env import ENV
 
-from .kv_store import store_kv
-from .step_inputs import prepare_inputs, write_next_tokens
+
+def uses_kernels(engine: Engine) -> bool:
+    """The kernel path applies to this engine: on CUDA unless MINISGL_KERNELS=torch, anywhere
+    with MINISGL_KERNELS=triton (read through minisgl.env, like every switch)."""
+    choice = ENV.KERNELS
+    return choice == "triton" or (choice != "torch" and engine.device.type == "cuda")
 
 
-def kernels_enabled() -> bool:
-    """False when MINISGL_KERNELS=torch asks for the torch code even on CUDA."""
-    return not ENV.TORCH_KERNELS
+def use_kernel_parts(engine: Engine) -> None:
+    """Build the KV pool and the table manager with their kernel versions."""
+    if uses_kernels(engine):
+        from minisgl.kernels.kv_store import KernelKVCache
+        from minisgl.kernels.step_inputs import KernelTableManager
+
+        engine.kv_pool_type = KernelKVCache
+        engine.table_manager_type = KernelTableManager
 
 
-__all__ = ["kernels_enabled", "prepare_inputs", "store_kv", "write_next_tokens"]
+def use_fused_layers(engine: Engine) -> None:
+    """Fuse the model's small layers, for 16-bit models (float32 keeps chapter 2's arithmetic)."""
+    if uses_kernels(engine) and engine.dtype in (torch.float16, torch.bfloat16):
+        from minisgl.kernels.fused_layers import fuse_layers
+
+        fuse_layers(engine.model)
+
+
+register_engine_extension(
+    EngineExtension("triton kernels", order=10, configure=use_kernel_parts, finish=use_fused_layers)
+)

@@ -12,6 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
+from minisgl.kvcache import MHAKVCache
+
 
 @triton.jit
 def store_kv_kernel(
@@ -81,3 +83,12 @@ def store_kv(
         head_dim,
         BLOCK_DIM=triton.next_power_of_2(head_dim),
     )
+
+
+class KernelKVCache(MHAKVCache):
+    """Chapter 4's KV pool, storing with store_kv_kernel: one launch per layer."""
+
+    def store_kv(
+        self, k: torch.Tensor, v: torch.Tensor, out_loc: torch.Tensor, layer_id: int
+    ) -> None:
+        store_kv(self.k_cache(layer_id), self.v_cache(layer_id), k, v, out_loc)

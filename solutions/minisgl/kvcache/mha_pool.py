@@ -26,11 +26,6 @@ class MHAKVCache(BaseKVCachePool):
         self._buffer = torch.zeros(
             2, num_layers, num_slots, num_kv_heads, head_dim, dtype=dtype, device=device
         )
-        self.use_kernels = False  # on CUDA, store_kv runs chapter 19's Triton kernel
-        if self._buffer.is_cuda:
-            from minisgl.kernels import kernels_enabled
-
-            self.use_kernels = kernels_enabled()
 
     def k_cache(self, layer_id: int) -> torch.Tensor:
         """The keys of one layer: a view [num_slots, kv_heads, head_dim] of the buffer."""
@@ -44,11 +39,6 @@ class MHAKVCache(BaseKVCachePool):
         self, k: torch.Tensor, v: torch.Tensor, out_loc: torch.Tensor, layer_id: int
     ) -> None:
         """Write k and v of the new tokens into slots out_loc of one layer."""
-        if self.use_kernels:  # chapter 19: one launch for both
-            from minisgl.kernels import store_kv
-
-            store_kv(self.k_cache(layer_id), self.v_cache(layer_id), k, v, out_loc)
-            return
         self._buffer[0, layer_id].index_copy_(0, out_loc.long(), k)
         self._buffer[1, layer_id].index_copy_(0, out_loc.long(), v)
 

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from minisgl.kvcache.base import BaseCacheHandle, BasePrefixCache, MatchResult, SizeInfo
+from minisgl.kvcache.base import (
+    PREFIX_CACHES,
+    BaseCacheHandle,
+    BasePrefixCache,
+    MatchResult,
+    SizeInfo,
+)
 
 
 class NaivePrefixCache(BasePrefixCache):
@@ -42,3 +48,6 @@ class NaivePrefixCache(BasePrefixCache):
 
     def check_integrity(self) -> None:
         pass
+
+
+PREFIX_CACHES["naive"] = lambda device, page_size: NaivePrefixCache(device)

@@ -19,7 +19,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from minisgl.kvcache.base import BaseCacheHandle, BasePrefixCache, MatchResult, SizeInfo
+from minisgl.kvcache.base import (
+    PREFIX_CACHES,
+    BaseCacheHandle,
+    BasePrefixCache,
+    MatchResult,
+    SizeInfo,
+)
 
 _clock = itertools.count()  # a logical clock for LRU order: no two accesses tie
 
@@ -239,3 +245,6 @@ class RadixPrefixCache(BasePrefixCache):
                 f"radix size accounting is off: counted evictable={evictable}, "
                 f"protected={protected}; recorded {self._evictable_size}, {self._protected_size}"
             )
+
+
+PREFIX_CACHES["radix"] = RadixPrefixCache

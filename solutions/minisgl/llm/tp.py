@@ -92,7 +92,9 @@ class TPScheduler(Scheduler):
             self.io = None
         if group_intact:
             if hasattr(self, "engine"):  # built: __init__ may have failed before
-                self.engine.drop_graphs()  # before the group goes (Engine.drop_graphs says why)
+                # Before the group goes: CUDA graphs hold NCCL work captured on its
+                # communicator, and destroying the group under live graphs hung on two H200s.
+                self.engine.close()
             leave_tp_group()  # while the other ranks leave it too, as they exit
             self.ranks.stop()
         else:

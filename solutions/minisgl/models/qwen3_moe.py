@@ -1,7 +1,8 @@
 """Qwen3-MoE (e.g. Qwen3-30B-A3B): Qwen3's decoder with a mixture of experts for MLPs.
 
 The attention, norms and residual stream are Qwen3's, so the model is the Llama decoder of
-`models/llama.py`; `create_mlp` puts a `SparseMoeBlock` in the layers that `MoeConfig` names.
+`models/llama.py`, built with an MLP factory (`create_moe_mlp`) that puts a `SparseMoeBlock` in
+the layers that `MoeConfig` names.
 What is left here is the checkpoint: it stores every expert's projections apart
 (`mlp.experts.{e}.gate_proj.weight`, `up_proj`, `down_proj`), which we stack per layer.
 """
@@ -10,9 +11,22 @@ from __future__ import annotations
 
 import dataclasses
 
+from torch import nn
+
+from minisgl.layers.moe import SparseMoeBlock
 from minisgl.models.config import ModelConfig
-from minisgl.models.llama import LlamaForCausalLM
+from minisgl.models.llama import LlamaForCausalLM, create_mlp
 from minisgl.models.registry import MODEL_REGISTRY
+
+
+def create_moe_mlp(config: ModelConfig, layer_id: int) -> nn.Module:
+    """The experts for a sparse layer, the dense gated MLP for the others."""
+    moe = config.moe
+    if moe is None or layer_id not in moe.sparse_layers:
+        return create_mlp(config, layer_id)
+    return SparseMoeBlock(
+        config.hidden_size, moe.num_experts, moe.top_k, moe.intermediate_size, moe.renormalize
+    )
 
 
 class Qwen3MoeForCausalLM(LlamaForCausalLM):
@@ -20,7 +34,7 @@ class Qwen3MoeForCausalLM(LlamaForCausalLM):
         if config.moe is None:
             raise ValueError("a Qwen3-MoE config needs its expert settings (ModelConfig.moe)")
         # Qwen3's attention normalizes q and k per head, in the MoE models too.
-        super().__init__(dataclasses.replace(config, qk_norm=True))
+        super().__init__(dataclasses.replace(config, qk_norm=True), create_moe_mlp)
         # Expert e's gate and up are shards 2e and 2e + 1 of the stacked gate_up_proj, its
         # down is shard e of down_proj. These names come first: the generic ".gate_proj."
         # entry would also match an expert's tensor.

@@ -17,16 +17,18 @@ from typing import Iterator
 import torch
 
 from minisgl.core import Req
-from minisgl.kvcache import BaseCacheHandle, BasePrefixCache, MatchResult, NaivePrefixCache
-from minisgl.utils import div_ceil, make_device_tensor
+from minisgl.kvcache import PREFIX_CACHES, BaseCacheHandle, BasePrefixCache, MatchResult
+from minisgl.utils import ConfigError, div_ceil, make_device_tensor
 
 
 def create_prefix_cache(cache_type: str, device: torch.device, page_size: int) -> BasePrefixCache:
-    if cache_type == "radix":
-        from minisgl.kvcache.radix_cache import RadixPrefixCache  # written in chapter 9
-
-        return RadixPrefixCache(device, page_size)
-    return NaivePrefixCache(device)
+    """The prefix cache registered as `cache_type` (ConfigError if none is)."""
+    if cache_type not in PREFIX_CACHES:
+        raise ConfigError(
+            f"cache_type {cache_type!r} is not available here "
+            f"(choose from: {', '.join(PREFIX_CACHES)})"
+        )
+    return PREFIX_CACHES[cache_type](device, page_size)
 
 
 class CacheManager:

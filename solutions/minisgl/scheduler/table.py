@@ -23,11 +23,6 @@ class TableManager:
         self.device = page_table.device
         self.token_pool = torch.zeros_like(page_table)  # [rows, max_seq_len] token ids
         self._free_rows = list(range(max_running_req))
-        self.use_kernels = False  # on CUDA, chapter 19's Triton kernels gather and write back
-        if self.device.type == "cuda":
-            from minisgl.kernels import kernels_enabled
-
-            self.use_kernels = kernels_enabled()
 
     @property
     def available_size(self) -> int:
@@ -55,11 +50,6 @@ class TableManager:
 
         The KV-pool slots of those positions must already be in the page table.
         """
-        if self.use_kernels:  # chapter 19: one copy and one launch
-            from minisgl.kernels import prepare_inputs
-
-            prepare_inputs(batch, self.token_pool, self.page_table)
-            return
         rows = torch.cat(
             [torch.full((req.extend_len,), req.table_idx, dtype=torch.int64) for req in batch.reqs]
         )
@@ -78,11 +68,6 @@ class TableManager:
         prompt chunk, chapter 10) is skipped: position device_len of its row holds a prompt
         token that must stay.
         """
-        if self.use_kernels:  # chapter 19: one copy and one launch
-            from minisgl.kernels import write_next_tokens
-
-            write_next_tokens(batch, next_tokens, self.token_pool)
-            return
         writers = [i for i, req in enumerate(batch.reqs) if req.can_decode]
         if not writers:
             return

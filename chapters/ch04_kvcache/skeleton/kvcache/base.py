@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -88,3 +89,8 @@ class BasePrefixCache(ABC):
     @abstractmethod
     def check_integrity(self) -> None:
         """Raise if the cache's internal bookkeeping is inconsistent."""
+
+
+# cache_type -> how to build that prefix cache (device, page_size). Each prefix cache module
+# registers itself when kvcache/__init__.py imports it, so the scheduler names none of them.
+PREFIX_CACHES: dict[str, Callable[[torch.device, int], BasePrefixCache]] = {}

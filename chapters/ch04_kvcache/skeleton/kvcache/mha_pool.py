@@ -26,11 +26,6 @@ class MHAKVCache(BaseKVCachePool):
         self._buffer = torch.zeros(
             2, num_layers, num_slots, num_kv_heads, head_dim, dtype=dtype, device=device
         )
-        self.use_kernels = False  # on CUDA, store_kv runs chapter 19's Triton kernel
-        if self._buffer.is_cuda:
-            from minisgl.kernels import kernels_enabled
-
-            self.use_kernels = kernels_enabled()
 
     def k_cache(self, layer_id: int) -> torch.Tensor:
         """The keys of one layer: a view [num_slots, kv_heads, head_dim] of the buffer."""

@@ -23,11 +23,6 @@ class TableManager:
         self.device = page_table.device
         self.token_pool = torch.zeros_like(page_table)  # [rows, max_seq_len] token ids
         self._free_rows = list(range(max_running_req))
-        self.use_kernels = False  # on CUDA, chapter 19's Triton kernels gather and write back
-        if self.device.type == "cuda":
-            from minisgl.kernels import kernels_enabled
-
-            self.use_kernels = kernels_enabled()
 
     @property
     def available_size(self) -> int:

@@ -1,4 +1,12 @@
 """Attention backends: the metadata each needs per batch and the attention it computes."""
 
-from .base import BaseAttnBackend, BaseAttnMetadata
+from .base import (
+    ATTENTION_BACKENDS,
+    AttnSetup,
+    BackendEntry,
+    BaseAttnBackend,
+    BaseAttnMetadata,
+    register_backend,
+    resolve_backend,
+)
 from .torch_backend import TorchAttnBackend

@@ -14,7 +14,12 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from minisgl.attention.base import BaseAttnBackend, BaseAttnMetadata
+from minisgl.attention.base import (
+    BackendEntry,
+    BaseAttnBackend,
+    BaseAttnMetadata,
+    register_backend,
+)
 from minisgl.kvcache.base import BaseKVCachePool
 from minisgl.utils import make_device_tensor
 
@@ -75,3 +80,13 @@ class TorchAttnBackend(BaseAttnBackend):
     ) -> torch.Tensor:
         """Store k, v at out_loc, gather each request's keys and values, attend."""
         raise NotImplementedError("ch05: Store k, v at out_loc, gather each request's keys and values, attend.")
+
+
+register_backend(
+    "torch",
+    BackendEntry(
+        create=lambda setup: TorchAttnBackend(setup.kv_cache, setup.page_table),
+        usable=lambda setup: True,  # any device, any dtype
+        priority=0,
+    ),
+)

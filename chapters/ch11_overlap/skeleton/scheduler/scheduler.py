@@ -58,7 +58,9 @@ class Scheduler:
     def __init__(self, config: SchedulerConfig) -> None:
         self.config = config
         self.engine = Engine(config)
-        self.table_manager = TableManager(config.max_running_req, self.engine.page_table)
+        self.table_manager: TableManager = self.engine.table_manager_type(
+            config.max_running_req, self.engine.page_table
+        )
         prefix_cache = create_prefix_cache(config.cache_type, self.engine.device, config.page_size)
         self.cache_manager = CacheManager(
             self.engine.num_pages, config.page_size, self.engine.page_table, prefix_cache

@@ -120,5 +120,5 @@ def run_scheduler(
     finally:
         io.close()
         if scheduler is not None:
-            scheduler.engine.drop_graphs()  # before the group goes (Engine.drop_graphs says why)
+            scheduler.engine.close()  # before the group goes (TPScheduler.close says why)
         dist.destroy_process_group()

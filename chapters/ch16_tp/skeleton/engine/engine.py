@@ -3,72 +3,36 @@
 It knows nothing about scheduling. Someone else (the scheduler, or you by hand in stage 1)
 decides which requests form a batch, gives their tokens KV slots in the page table and fills
 the batch's inputs; the engine runs the model on it and samples one token per request.
+
+Later chapters make the engine faster without editing this file: an `EngineExtension` they
+register may swap the classes the engine builds from, or change what it built (its model's
+layers, the runner of its forwards).
 """
 
 from __future__ import annotations
 
 import gc
-import importlib.util
-from typing import TYPE_CHECKING, Callable, NamedTuple, cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import torch
+from torch import nn
 
-from minisgl.attention import BaseAttnBackend, TorchAttnBackend
+from minisgl.attention import ATTENTION_BACKENDS, AttnSetup, BaseAttnBackend, resolve_backend
 from minisgl.core import Batch, Context
 from minisgl.engine.config import EngineConfig
 from minisgl.engine.sample import BatchSamplingArgs, Sampler
-from minisgl.kvcache import BaseKVCachePool, MHAKVCache
+from minisgl.kvcache import MHAKVCache
 from minisgl.models import ModelConfig, create_model, load_weights
 from minisgl.utils import (
     ConfigError,
     InvalidRequestError,
     RequestTooLongError,
-    UnsupportedModelError,
     div_ceil,
 )
 
 if TYPE_CHECKING:
-    from minisgl.engine.graph import GraphRunner
-
-
-def _flashinfer_backend(engine: Engine, wrappers: object = None) -> BaseAttnBackend:
-    """FlashInfer's backend; `wrappers` replaces the flashinfer module (the CPU tests' stand-in)."""
-    from minisgl.attention.fi import FlashInferBackend  # needs flashinfer: imported on demand
-
-    return FlashInferBackend(
-        engine.kv_cache,
-        engine.page_table,
-        engine.page_size,
-        engine.num_heads,
-        engine.num_kv_heads,
-        engine.model_config.head_dim,
-        wrappers,
-    )
-
-
-ATTENTION_BACKENDS: dict[str, Callable[[Engine], BaseAttnBackend]] = {
-    "torch": lambda engine: TorchAttnBackend(engine.kv_cache, engine.page_table),
-    "flashinfer": _flashinfer_backend,
-}
-FLASHINFER_HEAD_DIMS = (64, 128, 256)
-MAX_GRAPH_BATCH_SIZE = 256  # default cap of cuda_graph_max_bs
-
-
-def resolve_attention_backend(
-    name: str, device: torch.device, dtype: torch.dtype, head_dim: int
-) -> str:
-    """ "auto" is FlashInfer where its kernels apply (a GPU, 16-bit floats, a head size it
-    compiles for, the package installed), and torch everywhere else."""
-    if name != "auto":
-        return name
-    usable = (
-        device.type == "cuda"
-        and dtype in (torch.float16, torch.bfloat16)
-        and head_dim in FLASHINFER_HEAD_DIMS
-        and importlib.util.find_spec("flashinfer") is not None
-        and importlib.util.find_spec("minisgl.attention.fi") is not None  # chapter 17 on
-    )
-    return "flashinfer" if usable else "torch"
+    from minisgl.scheduler.table import TableManager
 
 
 class ForwardOutput(NamedTuple):
@@ -79,34 +43,69 @@ class ForwardOutput(NamedTuple):
     copy_done_event: torch.cuda.Event | None  # None on the CPU, where there is no copy
 
 
+class EagerRunner:
+    """Runs the model's forward on a batch, one kernel launch at a time."""
+
+    def __init__(self, model: nn.Module, ctx: Context, attn_backend: BaseAttnBackend) -> None:
+        self.model, self.ctx, self.attn_backend = model, ctx, attn_backend
+
+    def prepare(self, batch: Batch) -> None:
+        """Compute the attention metadata of a batch whose inputs are filled in."""
+        self.attn_backend.prepare_metadata(batch)
+
+    def run(self, batch: Batch) -> torch.Tensor:
+        """The logits of a prepared batch: the model's forward with the batch in the context."""
+        with self.ctx.forward_batch(batch):
+            return self.model()
+
+
+def _unchanged(engine: Engine) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class EngineExtension:
+    """A later chapter's change to every engine built after its module was imported."""
+
+    name: str
+    order: int  # extensions run in this order (layers are fused before graphs record them)
+    # Before the KV pool is built: may set engine.kv_pool_type and engine.table_manager_type.
+    configure: Callable[[Engine], None] = _unchanged
+    # Once the engine is built: may change engine.model's layers or replace engine.runner.
+    finish: Callable[[Engine], None] = _unchanged
+
+
+ENGINE_EXTENSIONS: list[EngineExtension] = []
+
+
+def register_engine_extension(extension: EngineExtension) -> None:
+    ENGINE_EXTENSIONS.append(extension)
+    ENGINE_EXTENSIONS.sort(key=lambda e: e.order)
+
+
 class Engine:
     def __init__(self, config: EngineConfig) -> None:
+        from minisgl.scheduler.table import TableManager  # its package imports the engine
+
         self.config = config
         self.device = config.resolved_device
         self.dtype = config.resolved_dtype
         self.page_size = config.page_size
         self.model_config = ModelConfig.from_dir(config.model_path)
-        self.backend_name = resolve_attention_backend(
-            config.attention_backend, self.device, self.dtype, self.model_config.head_dim
-        )
-        if self.backend_name not in ATTENTION_BACKENDS:
-            raise UnsupportedModelError(
-                f"attention backend {config.attention_backend!r} is not available "
-                f"(choose from: auto, {', '.join(ATTENTION_BACKENDS)})"
-            )
         self.num_heads, self.num_kv_heads = self._local_heads()
         self.model = create_model(self.model_config, self.device, self.dtype)
         load_weights(self.model, config.model_path, progress=config.show_progress)
+        # The classes of the per-device parts; an extension may pick faster ones.
+        self.kv_pool_type: type[MHAKVCache] = MHAKVCache
+        self.table_manager_type: type[TableManager] = TableManager
+        for extension in ENGINE_EXTENSIONS:
+            extension.configure(self)
 
         model_max = self.model_config.max_position_embeddings
         self.max_seq_len = min(config.max_seq_len or model_max, model_max)
         self.num_pages = config.num_pages or self._pages_that_fit()
-        graph_max_bs = self._graph_max_batch_size()
-        # CUDA graphs pad a batch with rows that store K/V too: into one spare page, past the
-        # pages the scheduler hands out.
-        spare_pages = 1 if graph_max_bs else 0
-        self.kv_cache: BaseKVCachePool = MHAKVCache(
-            (self.num_pages + spare_pages) * self.page_size,
+        self.kv_cache = self.kv_pool_type(
+            self.num_pages * self.page_size,
             self.model_config.num_layers,
             self.num_kv_heads,
             self.model_config.head_dim,
@@ -119,10 +118,23 @@ class Engine:
         self.page_table = torch.zeros(
             config.max_running_req, row_len, dtype=torch.int32, device=self.device
         )
-        self.attn_backend = ATTENTION_BACKENDS[self.backend_name](self)
+        setup = AttnSetup(
+            self.kv_cache,
+            self.page_table,
+            self.page_size,
+            self.num_heads,
+            self.num_kv_heads,
+            self.model_config.head_dim,
+            self.dtype,
+            self.device,
+        )
+        self.backend_name = resolve_backend(config.attention_backend, setup)
+        self.attn_backend = ATTENTION_BACKENDS[self.backend_name].create(setup)
         self.ctx = Context(self.page_size, self.kv_cache, self.page_table, self.attn_backend)
         self.sampler = Sampler(self.device, self.model_config.vocab_size, config.seed)
-        self.graph_runner = self._capture_graphs(graph_max_bs) if graph_max_bs else None
+        self.runner: EagerRunner = EagerRunner(self.model, self.ctx, self.attn_backend)
+        for extension in ENGINE_EXTENSIONS:
+            extension.finish(self)
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -146,38 +158,6 @@ class Engine:
             )
         heads = head_shard(c.num_heads, c.num_kv_heads, tp)
         return heads.num_heads, heads.num_kv_heads
-
-    def _graph_max_batch_size(self) -> int:
-        """Largest decode batch replayed from a CUDA graph; 0 when graphs are off.
-
-        Graphs need a GPU, a backend that can plan into fixed buffers (FlashInfer), and
-        chapter 18's graph.py."""
-        if self.device.type != "cuda" or self.backend_name != "flashinfer":
-            return 0
-        if importlib.util.find_spec("minisgl.engine.graph") is None:
-            return 0
-        wanted = self.config.cuda_graph_max_bs
-        if wanted is None:
-            wanted = MAX_GRAPH_BATCH_SIZE
-        return min(wanted, self.config.max_running_req)
-
-    def _capture_graphs(self, max_batch_size: int) -> GraphRunner:
-        """Capture the decode graphs of chapter 18; padding rows use the spare page."""
-        from minisgl.engine.graph import GraphAttnBackend, GraphRunner
-
-        backend = cast("GraphAttnBackend", self.attn_backend)  # FlashInfer's, see above
-        runner = GraphRunner(self.model, self.ctx, backend, max_batch_size, self.num_pages)
-        runner.capture()
-        return runner
-
-    def drop_graphs(self) -> None:
-        """Free the captured decode graphs (eager forwards from now on).
-
-        A tensor-parallel rank calls this before it leaves its group: the graphs hold NCCL
-        work captured on the group's communicator, and destroying the group under live
-        graphs hung on two H200s."""
-        self.graph_runner = None
-        gc.collect()
 
     def _pages_that_fit(self) -> int:
         """How many KV pages the budget holds (free GPU memory share, or kv_cache_gib on CPU)."""
@@ -218,18 +198,11 @@ class Engine:
 
     def prepare_batch(self, batch: Batch) -> None:
         """Compute the attention metadata of a batch whose inputs are filled in."""
-        if self.graph_runner is not None and self.graph_runner.can_run(batch):
-            self.graph_runner.prepare(batch)  # chapter 18: plan the graph's fixed buffers
-        else:
-            self.attn_backend.prepare_metadata(batch)
+        self.runner.prepare(batch)
 
     def run_model(self, batch: Batch) -> torch.Tensor:
-        """The logits of a prepared batch, one row per request: the model's forward with the
-        batch active in the context, or the replay of a captured decode graph (chapter 18)."""
-        if self.graph_runner is not None and self.graph_runner.can_run(batch):
-            return self.graph_runner.replay(batch)
-        with self.ctx.forward_batch(batch):
-            return self.model()
+        """The logits of a prepared batch, one row per request (the runner's forward)."""
+        return self.runner.run(batch)
 
     @torch.inference_mode()
     def forward_batch(self, batch: Batch, sample_args: BatchSamplingArgs) -> ForwardOutput:
@@ -249,3 +222,18 @@ class Engine:
         copy_done = torch.cuda.Event()
         copy_done.record()
         return ForwardOutput(next_tokens, host, copy_done)
+
+    def close(self) -> None:
+        """Give the engine's device memory back: it cannot run batches afterwards.
+
+        Whatever holds device memory goes (the runner with anything it recorded, the attention
+        backend, the KV pool, the page table, the model); then the garbage collector frees it
+        and torch's caching allocator returns it to the device, so the next engine in this
+        process sizes its KV pool from all of it.
+        """
+        for part in ("runner", "ctx", "attn_backend", "kv_cache", "page_table", "model"):
+            if hasattr(self, part):
+                delattr(self, part)
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()

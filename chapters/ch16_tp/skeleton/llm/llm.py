@@ -83,10 +83,16 @@ class LLM:
         ]
 
     def shutdown(self) -> None:
-        """Release the engine's memory (KV cache, weights); stop the other ranks, if any."""
-        if self.scheduler is not None and self.scheduler.config.tp_size > 1:
-            self.scheduler.close()  # a TPScheduler (chapter 16)
-        self.scheduler = None  # type: ignore[assignment]
+        """Give the engine's device memory back (weights, KV cache, anything recorded), so the
+        next LLM of this process gets all of it; stop the other ranks, if any."""
+        if self.scheduler is None:
+            return
+        scheduler, self.scheduler = self.scheduler, None  # type: ignore[assignment]
+        engine = scheduler.engine
+        if scheduler.config.tp_size > 1:
+            scheduler.close()  # a TPScheduler (chapter 16)
+        del scheduler  # its table rows and caches go too, before the engine frees the memory
+        engine.close()
 
     def __enter__(self) -> LLM:
         return self

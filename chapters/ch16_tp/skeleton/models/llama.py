@@ -10,7 +10,7 @@ projections are merged (qkv_proj, gate_up_proj): `WEIGHT_NAME_MAP` says how name
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import torch
 import torch.distributed as dist
@@ -93,24 +93,27 @@ class LlamaMLP(nn.Module):
 
 
 def create_mlp(config: ModelConfig, layer_id: int) -> nn.Module:
-    """The layer's gated MLP, or for a sparse layer of a MoE model the experts (chapter 20)."""
-    moe = config.moe
-    if moe is None or layer_id not in moe.sparse_layers:
-        return LlamaMLP(config)
-    from minisgl.layers.moe import SparseMoeBlock  # only MoE models need it
+    """The layer's gated MLP: the MLP factory of the dense models (a mixture-of-experts model
+    passes its own to LlamaForCausalLM)."""
+    return LlamaMLP(config)
 
-    return SparseMoeBlock(
-        config.hidden_size, moe.num_experts, moe.top_k, moe.intermediate_size, moe.renormalize
-    )
+
+MlpFactory = Callable[[ModelConfig, int], nn.Module]  # (config, layer_id) -> the layer's MLP
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, layer_id: int, rotary: RotaryEmbedding) -> None:
+    def __init__(
+        self,
+        config: ModelConfig,
+        layer_id: int,
+        rotary: RotaryEmbedding,
+        mlp_factory: MlpFactory = create_mlp,
+    ) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.self_attn = LlamaAttention(config, layer_id, rotary)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.mlp = create_mlp(config, layer_id)
+        self.mlp = mlp_factory(config, layer_id)
 
     def forward(
         self, hidden: torch.Tensor, residual: torch.Tensor | None
@@ -129,7 +132,7 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, mlp_factory: MlpFactory = create_mlp) -> None:
         super().__init__()
         tp = tensor_parallel()
         if tp is None:
@@ -142,7 +145,7 @@ class LlamaModel(nn.Module):
             config.head_dim, config.rope_theta, config.max_position_embeddings, config.rope_scaling
         )
         self.layers = nn.ModuleList(
-            LlamaDecoderLayer(config, i, rotary) for i in range(config.num_layers)
+            LlamaDecoderLayer(config, i, rotary, mlp_factory) for i in range(config.num_layers)
         )
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -169,10 +172,10 @@ class LlamaForCausalLM(nn.Module):
         ".k_norm.": (".attn.k_norm.", None),
     }
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, mlp_factory: MlpFactory = create_mlp) -> None:
         super().__init__()
         self.config = config
-        self.model = LlamaModel(config)
+        self.model = LlamaModel(config, mlp_factory)
         tied_to = self.model.embed_tokens if config.tie_word_embeddings else None
         tp = tensor_parallel()
         if tp is None:

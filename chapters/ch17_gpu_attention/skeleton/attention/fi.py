@@ -21,12 +21,19 @@ runs without it, and the CPU tests hand in a plain-torch stand-in.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from minisgl.attention.base import BaseAttnBackend, BaseAttnMetadata
+from minisgl.attention.base import (
+    AttnSetup,
+    BackendEntry,
+    BaseAttnBackend,
+    BaseAttnMetadata,
+    register_backend,
+)
 from minisgl.kvcache.base import BaseKVCachePool
 from minisgl.utils import div_ceil
 
@@ -34,6 +41,7 @@ if TYPE_CHECKING:
     from minisgl.core import Batch
 
 WORKSPACE_BYTES = 128 * 2**20  # FlashInfer's scratch space for split-KV partial results
+HEAD_DIMS = (64, 128, 256)  # the head sizes FlashInfer compiles its kernels for
 
 
 @dataclass
@@ -291,3 +299,33 @@ class FlashInferBackend(BaseAttnBackend):
         self._graph_rows[:graph_batch_size], since the captured LM head reads it every replay.
         """
         raise NotImplementedError("written in chapter 18: Plan the decode wrapper of the graph captured for `graph_batch_size` rows.")
+
+
+def create_flashinfer_backend(setup: AttnSetup, wrappers: Any = None) -> FlashInferBackend:
+    """The backend for the engine's setup (`wrappers`: see FlashInferBackend)."""
+    return FlashInferBackend(
+        setup.kv_cache,
+        setup.page_table,
+        setup.page_size,
+        setup.num_heads,
+        setup.num_kv_heads,
+        setup.head_dim,
+        wrappers,
+    )
+
+
+def flashinfer_usable(setup: AttnSetup) -> bool:
+    """FlashInfer's kernels apply: a GPU, 16-bit floats, a head size they compile for, and
+    the package installed."""
+    return (
+        setup.device.type == "cuda"
+        and setup.dtype in (torch.float16, torch.bfloat16)
+        and setup.head_dim in HEAD_DIMS
+        and importlib.util.find_spec("flashinfer") is not None
+    )
+
+
+register_backend(
+    "flashinfer",
+    BackendEntry(create=create_flashinfer_backend, usable=flashinfer_usable, priority=10),
+)

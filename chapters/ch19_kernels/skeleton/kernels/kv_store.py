@@ -12,6 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
+from minisgl.kvcache import MHAKVCache
+
 
 @triton.jit
 def store_kv_kernel(
@@ -55,3 +57,12 @@ def store_kv(
     must be contiguous (stride 1).
     """
     raise NotImplementedError("ch19: Launch store_kv_kernel: k, v [tokens, kv_heads, head_dim] into slots out_loc of the pools.")
+
+
+class KernelKVCache(MHAKVCache):
+    """Chapter 4's KV pool, storing with store_kv_kernel: one launch per layer."""
+
+    def store_kv(
+        self, k: torch.Tensor, v: torch.Tensor, out_loc: torch.Tensor, layer_id: int
+    ) -> None:
+        store_kv(self.k_cache(layer_id), self.v_cache(layer_id), k, v, out_loc)

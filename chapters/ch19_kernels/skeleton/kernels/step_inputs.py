@@ -18,6 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
+from minisgl.scheduler.table import TableManager
 from minisgl.utils import make_device_tensor
 
 if TYPE_CHECKING:
@@ -91,3 +92,14 @@ def write_next_tokens(batch: Batch, next_tokens: torch.Tensor, token_pool: torch
     launch write_next_tokens_kernel on cdiv(writers, REQUESTS_PER_PROGRAM) programs.
     """
     raise NotImplementedError("ch19: Store each sampled token at (table_idx, device_len) of the token pool: one launch.")
+
+
+class KernelTableManager(TableManager):
+    """Chapter 4's table manager, gathering a step's inputs and writing its sampled tokens
+    back with one host-to-device copy and one kernel launch each."""
+
+    def prepare_inputs(self, batch: Batch) -> None:
+        prepare_inputs(batch, self.token_pool, self.page_table)
+
+    def write_next_tokens(self, batch: Batch, next_tokens: torch.Tensor) -> None:
+        write_next_tokens(batch, next_tokens, self.token_pool)

@@ -1,0 +1,115 @@
+"""Profile single engine steps on a GPU with torch.profiler: where a prefill and a decode go.
+
+    python benchmark/profile_step.py --model random-qwen3-0.6b --json results.jsonl
+
+Queues the official workload's first requests (up to one prefill budget of prompt tokens),
+runs their prefill and a few decode steps, and profiles one prefill step and one decode step
+(graphs on): the device time of each kind of kernel, the number of kernels launched, and the
+step's wall time. Prints the top kernels of each step, and appends a summary line per step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from minisgl.benchmark import WORKLOADS, append_result, make_workload
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from offline import RANDOM_MODEL, resolve_model  # noqa: E402
+
+
+def profiled_step(scheduler, label: str, json_path: Path | None, top: int) -> None:  # noqa: ANN001
+    """Run one scheduler step under the profiler (the device drained before and after)."""
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        scheduler.step()
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - start
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    device_us = sum(e.device_time for e in kernels)
+    print(
+        f"{label}: wall {wall * 1e3:.2f} ms, {len(kernels)} kernels, {device_us / 1e3:.2f} ms "
+        "of kernel time"
+    )
+    by_name: dict[str, list[float]] = {}
+    for event in kernels:
+        by_name.setdefault(event.name, []).append(event.device_time)
+    ranked = sorted(by_name.items(), key=lambda item: -sum(item[1]))
+    for name, times in ranked[:top]:
+        print(f"  {sum(times) / 1e3:8.3f} ms {len(times):5d}x  {name[:90]}")
+    if json_path:
+        append_result(
+            json_path,
+            {
+                "benchmark": "step_profile",
+                "step": label,
+                "wall_s": wall,
+                "kernels": len(kernels),
+                "kernel_s": device_us / 1e6,
+                "top": [[name[:120], len(t), sum(t) / 1e6] for name, t in ranked[:top]],
+            },
+        )
+
+
+def host_profile(scheduler, top: int) -> None:  # noqa: ANN001
+    """One scheduler step under cProfile: the host functions that take its time."""
+    torch.cuda.synchronize()
+    profiler = cProfile.Profile()
+    start = time.perf_counter()
+    profiler.enable()
+    scheduler.step()
+    profiler.disable()
+    print(f"host profile of one step: {(time.perf_counter() - start) * 1e3:.2f} ms")
+    stats = pstats.Stats(profiler, stream=sys.stdout)
+    stats.sort_stats("tottime").print_stats(top)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=RANDOM_MODEL)
+    parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--host", action="store_true", help="also cProfile a later prefill step")
+    args = parser.parse_args()
+    from minisgl.core import SamplingParams
+    from minisgl.llm import LLM
+
+    model = resolve_model(args.model, torch.bfloat16)
+    work = make_workload(WORKLOADS["official"], 0)
+    with LLM(
+        str(model),
+        max_running_req=256,
+        page_size=16,
+        show_progress=False,
+        max_seq_len=work.longest + 16,
+    ) as llm:
+        scheduler = llm.scheduler
+        llm.generate(work.prompts[:2], SamplingParams(max_tokens=4, ignore_eos=True))  # warm up
+        params = SamplingParams(max_tokens=64, ignore_eos=True)
+        for ids in work.prompts:
+            scheduler.add_request(ids, params)
+        profiled_step(scheduler, "prefill", args.json, args.top)  # the first prefill budget
+        if args.host:
+            scheduler.step()  # a decode step of the first prefill's requests
+            host_profile(scheduler, 3 * args.top)  # the second prefill budget
+        while scheduler.prefill_manager.runnable:
+            scheduler.step()
+        for _ in range(4):
+            scheduler.step()
+        profiled_step(
+            scheduler, f"decode@{len(scheduler.decode_manager.running_reqs)}", args.json, args.top
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
