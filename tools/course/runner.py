@@ -239,7 +239,7 @@ def run_pytest(
         "--tb=short",
         *(extra or []),
     ]
-    progress = Progress(record, stacks)
+    progress = Progress(record, stacks, cwd)
     done = run_process(cmd, cwd, env, timeout, progress.overran, dump_stacks=True)
     progress.read()
     cases, running = progress.cases, progress.running
@@ -323,8 +323,9 @@ class Progress:
     """The plugin's record of a pytest run, read while it grows: the tests that finished, the
     one running, and the one the judge stopped at its limit."""
 
-    def __init__(self, record: Path, stacks: Path) -> None:
+    def __init__(self, record: Path, stacks: Path, cwd: Path) -> None:
         self.record, self.stacks = record, stacks
+        self.stacks_shown = stacks.relative_to(cwd) if stacks.is_relative_to(cwd) else stacks
         self.read_up_to = 0  # bytes of the record already read
         self.cases: list[TestCase] = []
         self.running: Running | None = None
@@ -377,7 +378,7 @@ class Progress:
         """The result of a test ended from outside: `message`, and as details every thread's
         stack, which faulthandler wrote when the process died or was stopped."""
         stacks = thread_stacks(self.stacks, self.main_thread)
-        where = f"\n(every thread's stack: {self.stacks})" if stacks else ""
+        where = f"\n(every thread's stack: {self.stacks_shown})" if stacks else ""
         return TestCase(test.name, outcome, message + where, stacks)
 
 
