@@ -98,7 +98,7 @@ def outcome_of(reports: list[pytest.TestReport]) -> tuple[str, pytest.TestReport
     return "passed", None
 
 
-class Judged:
+class Recorder:
     """The plugin's hooks, with the record and the stacks file they write (one per session)."""
 
     def __init__(self, config: pytest.Config) -> None:
@@ -174,4 +174,4 @@ class Judged:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.pluginmanager.register(Judged(config), "course-judged")
+    config.pluginmanager.register(Recorder(config), "course-recorder")

@@ -117,15 +117,12 @@ def run_process(
     )
     try:
         while True:
-            left = timeout - (time.monotonic() - start)
             try:
                 # A communicate() that timed out can be called again without losing output.
-                out, err = proc.communicate(
-                    timeout=max(0.0, min(left, POLL_S) if overran else left)
-                )
+                out, err = proc.communicate(timeout=POLL_S if overran else timeout)
                 return Process(proc.returncode, out, err, time.monotonic() - start)
             except subprocess.TimeoutExpired:
-                if left <= 0 or (overran is not None and overran()):
+                if time.monotonic() - start >= timeout or (overran is not None and overran()):
                     break
         if dump_stacks:
             signal_process(proc, DUMP_SIGNAL)
@@ -221,6 +218,7 @@ def run_pytest(
     record.parent.mkdir(parents=True, exist_ok=True)
     record.unlink(missing_ok=True)
     stacks = record.with_suffix(".stacks")
+    stacks.unlink(missing_ok=True)  # a dump of an earlier run must not be read as this one's
     cmd = [
         sys.executable,
         "-m",
