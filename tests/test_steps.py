@@ -27,7 +27,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import steps  # noqa: E402
 from course.manifest import Course  # noqa: E402
-from course.mutate import MIN_PER_CHAPTER, REPORT, TARGET_KILL_RATE, load_mutations  # noqa: E402
+from course.mutate import (  # noqa: E402
+    MIN_PER_CHAPTER,
+    REPORT,
+    TARGET_KILL_RATE,
+    load_mutations,
+    sources_digest,
+)
 from course.snapshot import assemble_file, build_snapshot, skeleton_text  # noqa: E402
 from course.source import functions, is_unwritten  # noqa: E402
 
@@ -627,8 +633,9 @@ def test_mutate_lists_survivors_and_writes_the_report_the_page_shows(course: Pat
 
 def test_the_mutation_report_covers_every_chapter_without_unexplained_survivors():
     """The maintainers' page draws docs/_reports/mutations.json: each chapter has a catalogue of
-    at least 5 mistakes, an entry made with that catalogue, its own tests kill >= 95% of the
-    mutants, and no survivor is left unexplained (`steps.py mutate K` refreshes an entry)."""
+    at least 5 mistakes, an entry made with that catalogue and that test file (their hashes),
+    its own tests kill >= 95% of the mutants, and no survivor is left unexplained
+    (`steps.py mutate K` refreshes an entry)."""
     course = Course.load(ROOT)
     report = json.loads((ROOT / REPORT).read_text())
     for k, m in sorted(course.chapters.items()):
@@ -637,7 +644,7 @@ def test_the_mutation_report_covers_every_chapter_without_unexplained_survivors(
         entry = report.get(str(k), {})
         rerun = f"run tools/steps.py mutate {k}"
         assert entry.get("chapter") == m.name, f"{m.name} has no report entry: {rerun}"
-        counted = sum(not mutation.equivalent for mutation in catalogue)
-        assert entry["total"] == counted, f"{m.name}: the report predates its catalogue: {rerun}"
-        assert entry["killed"] >= TARGET_KILL_RATE * counted, f"{m.name}: {entry}"
+        fresh = all(entry.get(key) == sha for key, sha in sources_digest(course, k).items())
+        assert fresh, f"{m.name}: the catalogue or the tests changed since the report: {rerun}"
+        assert entry["killed"] >= TARGET_KILL_RATE * entry["total"], f"{m.name}: {entry}"
         assert entry["survivors"] == [], f"{m.name}: kill or explain (`equivalent`) each survivor"

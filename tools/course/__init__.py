@@ -5,7 +5,7 @@ docs hooks share (docs/maintainers.md describes the architecture).
     source     finding, stubbing and replacing functions in Python source (ast)
     snapshot   assembling snapshot K (reference, skeleton, or a student's tree) and its file tree
     problems   practice/problems/<slug>/ folders (`Problem`)
-    runner     sandboxed subprocess runs: timeouts, process-group kill, per-test timeouts, JUnit
+    runner     sandboxed subprocess runs: timeouts, process-group kill, tests recorded as they end
     store      progress files and backups of student files
     report     the rich console, failure reports and hints
 

@@ -4,8 +4,9 @@
 minisgl/), assembles each student's snapshot of each chapter exactly as `steps.py test` does, and
 runs the course's own test files on it (never files from the submission; a student's progress
 file is never read), sandboxed with the same timeouts. One CSV row per student, chapter and test;
-a test that times out ends its run (course.pytest_plugin), and the test functions after it get a
-row with outcome "not run".
+a test that times out ends its run (course.pytest_plugin), as does one that kills the test process
+(outcome "crashed", course.runner), and the test functions after it get a row with outcome
+"not run".
 """
 
 from __future__ import annotations
@@ -68,8 +69,12 @@ def test_functions(course: Course, k: int) -> list[str]:
 
 def with_unrun_tests(cases: list[TestCase], functions: list[str]) -> list[TestCase]:
     """`cases`, plus a "not run" case per test function without one when a test that timed
-    out (or the test module's import) ended the run, so they count against the score."""
-    ended = next((case.name for case in cases if case.timed_out or case.is_collection), None)
+    out or crashed (or the test module's import) ended the run, so they count against the
+    score."""
+    ended = next(
+        (case.name for case in cases if case.timed_out or case.crashed or case.is_collection),
+        None,
+    )
     if ended is None:
         return cases
     ran = {case.name.split("[")[0] for case in cases}

@@ -16,7 +16,7 @@ from pathlib import Path
 from course.manifest import Course, Manifest
 from course.problems import Problem
 from course.outputs import CAPTURE_ENV, OUTPUTS, output_drift
-from course.runner import Run, run_main, run_pytest, sandbox_env
+from course.runner import FAILED, Run, run_main, run_pytest, sandbox_env
 from course.snapshot import build_snapshot
 
 MAIN_TIMEOUT_S = 120  # one chapter main
@@ -40,7 +40,7 @@ def run_chapter_tests(
         test_files,
         course.root,
         sandbox_env(tree, jobs, MINISGL_TREE=str(tree)),
-        tree / "junit.xml",
+        tree / "results.jsonl",
         RUN_TIMEOUT_S,
         test_timeout,
         extra,
@@ -58,7 +58,7 @@ def vacuous_tests(
             f"the {answer_word} fails: {answer.verdict}: "
             + ", ".join(f"{c.name} ({c.message[:200]})" for c in answer.failures)
         )
-    passing = [c.name for c in stubs.tests if c.outcome not in ("failed", "error")]
+    passing = [c.name for c in stubs.tests if c.outcome not in FAILED]
     if passing:
         problems.append(f"tests that pass on the {stub_word}: {', '.join(passing)}")
     unseen = sorted({c.name for c in answer.tests} - {c.name for c in stubs.tests})
@@ -129,7 +129,7 @@ def check_chapters(
                     [m.tests],
                     course.root,
                     sandbox_env(snap.root, jobs, MINISGL_TREE=str(snap.root)),
-                    snap.root / "junit.xml",
+                    snap.root / "results.jsonl",
                     RUN_TIMEOUT_S,
                     MAIN_TIMEOUT_S,
                 )

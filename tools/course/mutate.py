@@ -11,13 +11,18 @@ make, written as data:
 
 A mutant is the tree a student would have with that one mistake: the reference code of every
 stub but the mutated one. It is built and tested exactly as `steps.py test K` does; it is killed
-when a test fails (or hangs), and survives when every test passes.
+when a test fails (or hangs, or crashes the test process), and survives when every test passes.
+A kill by a crash alone is listed: a segfault may not happen on every run.
+
+The report, docs/_reports/mutations.json, keeps per chapter the counts of the last full run and
+the SHA-256 of the catalogue and of the test file it ran with, so a test can tell a stale entry.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
 import json
 import os
 import random
@@ -65,9 +70,25 @@ class Mutation:
         return self.stub.partition(":")[2]
 
 
+def catalogue_path(course: Course, k: int) -> Path:
+    return course.root / "chapters" / course.chapter(k).name / "mutations.toml"
+
+
+def sources_digest(course: Course, k: int) -> dict[str, str]:
+    """The report entry's fingerprint of what chapter k's mutants ran with: the SHA-256 of its
+    catalogue and of its test file (a change to either makes the entry stale)."""
+
+    def sha256(path: Path) -> str:
+        return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+
+    return {
+        "catalogue_sha256": sha256(catalogue_path(course, k)),
+        "tests_sha256": sha256(course.root / course.chapter(k).tests),
+    }
+
+
 def load_mutations(course: Course, k: int) -> list[Mutation]:
-    m = course.chapter(k)
-    path = course.root / "chapters" / m.name / "mutations.toml"
+    path = catalogue_path(course, k)
     if not path.is_file():
         return []
     try:
@@ -171,6 +192,12 @@ def cmd_mutate(course: Course, args: argparse.Namespace) -> int:
             console.print(f"chapter {k}: {killed}/{len(mine)} mutants killed")
     for m, _ in survivors:
         console.print(f"  [red]survived[/] ch{m.chapter} {m.stub}: {m.mistake}")
+    for m, run in zip(chosen, runs):
+        if run.failures and all(case.crashed for case in run.failures):
+            console.print(
+                f"  [yellow]killed only by a crash[/] ch{m.chapter} {m.stub}: {m.mistake}: "
+                f"{run.verdict}"
+            )
     for problem in problems:
         console.print(f"  [red]-[/] {problem}")
     console.print(f"{len(chosen)} mutants in {time.monotonic() - started:.0f} s")
@@ -201,6 +228,7 @@ def write_report(
             "total": total,
             "date": date.today().isoformat(),
             "command": f".venv/bin/python tools/steps.py mutate {k} --report",
+            **sources_digest(course, k),
             "survivors": [f"{m.stub}: {m.mistake}" for m, _ in survivors if m.chapter == k],
             "equivalent": [
                 f"{m.stub}: {m.mistake}: {m.equivalent}" for m in equivalent if m.chapter == k

@@ -55,7 +55,7 @@ def grade(
             ["test_submission.py"],
             tmp,
             sandbox_env(tmp, **env),
-            tmp / "report.xml",
+            tmp / "results.jsonl",
             timeout,
             timeout,
             extra,

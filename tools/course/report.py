@@ -49,7 +49,13 @@ def mark(ok: bool) -> str:
 def print_cases(run: Run, limit: int = CASE_LINES) -> None:
     """One line per failing test (passing ones are counted, not listed)."""
     for case in run.failures[:limit]:
-        why = " (stopped: does your code loop forever?)" if case.timed_out else ""
+        why = (
+            " (stopped: does your code loop forever?)"
+            if case.timed_out
+            else " (the test process died while it ran)"
+            if case.crashed
+            else ""
+        )
         console.print(f"  {mark(False)} {escape(case.name)}{why}")
     if len(run.failures) > limit:
         console.print(f"  ... and {len(run.failures) - limit} more")
@@ -167,6 +173,12 @@ def print_failure(
         console.print(
             "[bold]Hint:[/] the test was stopped: does your code loop forever, or wait "
             "for something that never comes?"
+        )
+    elif case.crashed:
+        console.print(
+            "[bold]Hint:[/] a fatal signal ended the test process: native code (a kernel, "
+            "torch) read or wrote memory it does not own (check masks, indices and sizes), "
+            "or aborted; the stacks show which line of yours ran last."
         )
     elif exercised:
         path, symbol = next(

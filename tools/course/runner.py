@@ -2,13 +2,20 @@
 
 Every run is its own process group, killed whole at its timeout or when the user presses
 Ctrl-C, so no process of a hanging or crashing student tree outlives the judge. Tests run under
-pytest with a per-test timeout (the hanging test fails, named, and the
-run stops there, see pytest_plugin.py) and report through JUnit XML, read by one parser for
-every tool.
+pytest with our plugin (pytest_plugin.py), which writes a record as they run: each test when it
+starts, with its time limit, and its result when it ends. The judge reads the record while the
+tests run, so it
+- kills a test that overran its limit even when it is stuck in native code, where the plugin's
+  own timeout cannot reach it (the test fails, named, with every thread's stack, and the run
+  stops there, as for a test stuck in Python);
+- names the test that was running when the process died (a segfault in a kernel: the outcome
+  is "crashed", with the signal and every thread's stack) and keeps the results before it.
+One reader of the record serves every tool (the judge, batch grading, mutants, practice).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -16,30 +23,40 @@ import signal
 import subprocess
 import sys
 import time
-import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 TOOLS = Path(__file__).resolve().parent.parent
-TIMEOUT_MARK = "Timeout >"  # how course.pytest_plugin names a test it stopped
-FAILED = ("failed", "error")  # outcomes that count against a run; "skipped" counts for nothing
+TIMEOUT_MARK = "Timeout >"  # how a test stopped at its limit is named (the plugin or the judge)
+COLLECTING = "collecting "  # names the import of a test module: "collecting tests/test_x.py"
+CRASHED = "crashed"  # the outcome of the test that was running when the test process died
+FAILED = ("failed", "error", CRASHED)  # outcomes that count against a run
+DUMP_SIGNAL = signal.SIGUSR1  # makes the plugin's faulthandler dump every thread's stack
+POLL_S = 0.2  # how often the judge reads the record of a running test process
+LIMIT_GRACE_S = 5.0  # past a test's limit, before the judge kills it from outside
+DUMP_WAIT_S = 0.5  # for faulthandler to write the stacks before the process is killed
 
 
 @dataclass
 class TestCase:
     name: str
-    outcome: str  # "passed", "failed", "error" or "skipped"
+    outcome: str  # "passed", "failed", "error", "skipped" or "crashed"
     message: str = ""  # the assertion or exception, "" when passed
     details: str = ""  # the short traceback
 
     @property
     def is_collection(self) -> bool:
         """The test module itself failed to import (or to be collected)."""
-        return self.name.startswith("collecting ")
+        return self.name.startswith(COLLECTING)
 
     @property
     def timed_out(self) -> bool:
         return TIMEOUT_MARK in self.message or TIMEOUT_MARK in self.details
+
+    @property
+    def crashed(self) -> bool:
+        return self.outcome == CRASHED
 
 
 @dataclass
@@ -74,9 +91,18 @@ class Process:
     seconds: float
 
 
-def run_process(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> Process:
-    """Run cmd in its own process group; kill the whole group at the timeout (returncode None)
-    or on Ctrl-C (then KeyboardInterrupt propagates, with nothing left running)."""
+def run_process(
+    cmd: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    timeout: float,
+    overran: Callable[[], bool] | None = None,
+    dump_stacks: bool = False,
+) -> Process:
+    """Run cmd in its own process group; kill the whole group at the timeout, or as soon as
+    `overran()` (asked every POLL_S) says so (returncode None), or on Ctrl-C (then
+    KeyboardInterrupt propagates, with nothing left running). With `dump_stacks` the process
+    gets DUMP_SIGNAL first, so that the pytest plugin records every thread's stack."""
     start = time.monotonic()
     proc = subprocess.Popen(
         cmd,
@@ -90,16 +116,31 @@ def run_process(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) 
         start_new_session=True,
     )
     try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
+        while True:
+            try:
+                # A communicate() that timed out can be called again without losing output.
+                out, err = proc.communicate(timeout=POLL_S if overran else timeout)
+                return Process(proc.returncode, out, err, time.monotonic() - start)
+            except subprocess.TimeoutExpired:
+                if time.monotonic() - start >= timeout or (overran is not None and overran()):
+                    break
+        if dump_stacks:
+            signal_process(proc, DUMP_SIGNAL)
+            time.sleep(DUMP_WAIT_S)
         kill_group(proc)
         out, err = proc.communicate()
-        return Process(None, out, err, time.monotonic() - start)
     except KeyboardInterrupt:
         kill_group(proc)
         proc.communicate()
         raise
-    return Process(proc.returncode, out, err, time.monotonic() - start)
+    return Process(None, out, err, time.monotonic() - start)
+
+
+def signal_process(proc: subprocess.Popen, signum: int) -> None:
+    try:
+        os.kill(proc.pid, signum)
+    except ProcessLookupError:
+        pass
 
 
 def kill_group(proc: subprocess.Popen) -> None:
@@ -163,18 +204,21 @@ def run_pytest(
     targets: list[str],
     cwd: Path,
     env: dict[str, str],
-    junit: Path,
+    record: Path,
     timeout: float,
     test_timeout: float,
     extra: list[str] | None = None,
 ) -> Run:
-    """Run pytest on `targets` (files or node ids); results come from its JUnit XML.
+    """Run pytest on `targets` (files or node ids); the plugin writes the results to `record`
+    as the tests run, and faulthandler's stacks to `record.with_suffix(".stacks")`.
 
     `test_timeout` fails the test that runs longer and ends the run there (the tests after it
     do not run); `timeout` stops the whole run, and the test that was running then is named in
-    `Run.hung`."""
-    junit.parent.mkdir(parents=True, exist_ok=True)
-    junit.unlink(missing_ok=True)
+    `Run.hung`. The test that was running when the process died gets the outcome "crashed"."""
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.unlink(missing_ok=True)
+    stacks = record.with_suffix(".stacks")
+    stacks.unlink(missing_ok=True)  # a dump of an earlier run must not be read as this one's
     cmd = [
         sys.executable,
         "-m",
@@ -184,26 +228,50 @@ def run_pytest(
         "-p",
         "no:cacheprovider",
         "-p",
+        "no:faulthandler",  # pytest's own would send the stacks of a crash to stderr
+        "-p",
         "course.pytest_plugin",
         f"--test-timeout={test_timeout:g}",
+        f"--record={record}",
+        f"--stacks={stacks}",
         "--tb=short",
-        "-o",
-        "junit_family=xunit1",
-        f"--junitxml={junit}",
         *(extra or []),
     ]
-    done = run_process(cmd, cwd, env, timeout)
-    cases = parse_junit(junit) if done.returncode is not None and junit.is_file() else []
-    if done.returncode is None:
-        hung = running_test(done.stdout)
-        return Run(
-            label,
-            done.seconds,
-            f"stopped after {timeout:.0f} s" + (f" while running {hung}" if hung else ""),
-            done.stdout,
-            cases,
-            hung,
+    progress = Progress(record, stacks, cwd)
+    done = run_process(cmd, cwd, env, timeout, progress.overran, dump_stacks=True)
+    progress.read()
+    cases, running = progress.cases, progress.running
+    if progress.stopped is not None:
+        stopped = progress.stopped
+        cases.append(
+            progress.interrupted(
+                stopped,
+                "failed",
+                f"{TIMEOUT_MARK}{stopped.limit:g}s: {stopped.what} did not finish (stopped from "
+                "outside the test process: it was waiting in native code)",
+            )
         )
+    elif done.returncode is None:  # the whole run ran out of time
+        hung = running.name if running else None
+        if running:
+            why = f"the whole run was stopped while {running.doing}"
+            cases.append(
+                progress.interrupted(running, "failed", f"{TIMEOUT_MARK}{timeout:g}s: {why}")
+            )
+        verdict = f"stopped after {timeout:.0f} s" + (f" while running {hung}" if hung else "")
+        return Run(label, done.seconds, verdict, done.stdout, cases, hung)
+    elif running is not None:  # the process died in the middle of a test or an import
+        death = f"the test process {ended_how(done.returncode)} while {running.doing}"
+        cases.append(progress.interrupted(running, CRASHED, death))
+        before = cases[:-1]
+        if running.name.startswith(COLLECTING):
+            verdict = f"no test ran: {death}"
+        else:
+            failed = sum(case.outcome in FAILED for case in before)
+            verdict = death + (
+                f"; {failed} of {len(before)} tests before it failed" if before else ""
+            )
+        return Run(label, done.seconds, verdict, done.stdout, cases)
     bad = [case for case in cases if case.outcome in FAILED]
     if not cases:
         verdict = (
@@ -218,28 +286,131 @@ def run_pytest(
     return Run(label, done.seconds, verdict, done.stdout, cases)
 
 
-def running_test(verbose_output: str) -> str | None:
-    """The test pytest -v had started but not finished: its node id lacks an outcome."""
-    started = re.findall(r"^(\S+::\S+)(.*)$", verbose_output, flags=re.MULTILINE)
-    if started and not re.search(r"PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS", started[-1][1]):
-        return started[-1][0].split("::", 1)[1]
-    return None
+def ended_how(returncode: int) -> str:
+    """How a process ended, in words: "died of SIGSEGV (signal 11)", "exited with status 1"."""
+    if returncode >= 0:
+        return f"exited with status {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = "a signal"
+    return f"died of {name} (signal {-returncode})"
 
 
-def parse_junit(path: Path) -> list[TestCase]:
-    """Every test case of a pytest JUnit report; a module that failed to import is one case
-    named after the file, with outcome "error"."""
-    cases = []
-    for case in ET.parse(path).getroot().iter("testcase"):
-        outcome, message, details = "passed", "", ""
-        for child in case:
-            if child.tag in ("failure", "error", "skipped"):
-                outcome = "failed" if child.tag == "failure" else child.tag
-                details = child.text or ""
-                message = child.get("message") or last_line(details)
-                break
-        name = case.get("name", "?")
-        if not case.get("classname"):  # a collection error: the test module did not import
-            name, outcome = f"collecting {name}", "error" if outcome != "skipped" else outcome
-        cases.append(TestCase(name, outcome, message, details))
-    return cases
+@dataclass
+class Running:
+    """A test (or a test module's import) that the record says has started."""
+
+    name: str
+    limit: float  # seconds it may run from `since`; 0: no limit of its own (setup, teardown)
+    since: float  # time.monotonic() when the judge read that it started
+
+    @property
+    def what(self) -> str:
+        """The test's name, or "importing <module>"."""
+        if self.name.startswith(COLLECTING):
+            return f"importing {self.name.removeprefix(COLLECTING)}"
+        return self.name
+
+    @property
+    def doing(self) -> str:
+        return self.what if self.name.startswith(COLLECTING) else f"running {self.name}"
+
+
+class Progress:
+    """The plugin's record of a pytest run, read while it grows: the tests that finished, the
+    one running, and the one the judge stopped at its limit."""
+
+    def __init__(self, record: Path, stacks: Path, cwd: Path) -> None:
+        self.record, self.stacks = record, stacks
+        self.stacks_shown = stacks.relative_to(cwd) if stacks.is_relative_to(cwd) else stacks
+        self.read_up_to = 0  # bytes of the record already read
+        self.cases: list[TestCase] = []
+        self.running: Running | None = None
+        self.stopped: Running | None = None
+        self.main_thread: int | None = None
+
+    def read(self) -> None:
+        if self.stopped:  # the judge's verdict on it stands, whatever the test did after
+            return
+        try:
+            with self.record.open("rb") as file:
+                file.seek(self.read_up_to)
+                data = file.read()
+        except FileNotFoundError:  # pytest has not configured the plugin yet
+            return
+        whole = data[: data.rfind(b"\n") + 1]  # a line being written is read next time
+        self.read_up_to += len(whole)
+        for line in whole.decode("utf-8", errors="replace").splitlines():
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:  # not the plugin's
+                continue
+            if "running" in event:
+                self.running = Running(event["running"], event["limit"], time.monotonic())
+            elif "finished" in event:
+                self.running = None
+                if event["outcome"] != "collected":  # a module that imported is no result
+                    self.cases.append(
+                        TestCase(
+                            event["finished"], event["outcome"], event["message"], event["details"]
+                        )
+                    )
+            elif "main_thread" in event:
+                self.main_thread = event["main_thread"]
+
+    def overran(self) -> bool:
+        """Whether the running test is past its limit by LIMIT_GRACE_S: the plugin's own
+        timeout could not stop it (it never returned to Python)."""
+        self.read()
+        running = self.running
+        if (
+            running
+            and running.limit
+            and time.monotonic() - running.since > running.limit + LIMIT_GRACE_S
+        ):
+            self.stopped = running
+        return self.stopped is not None
+
+    def interrupted(self, test: Running, outcome: str, message: str) -> TestCase:
+        """The result of a test ended from outside: `message`, and as details every thread's
+        stack, which faulthandler wrote when the process died or was stopped."""
+        stacks = thread_stacks(self.stacks, self.main_thread)
+        where = f"\n(every thread's stack: {self.stacks_shown})" if stacks else ""
+        return TestCase(test.name, outcome, message + where, stacks)
+
+
+THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+) \(most recent call first\):$")
+FRAME = re.compile(r'^\s+File "(.+)", line (\d+) in (.+)$')
+
+
+def thread_stacks(path: Path, main_thread: int | None) -> str:
+    """faulthandler's dump of every thread, rewritten to read like a traceback: each thread's
+    frames innermost last, as `file:line in function` (the form failure reports look for
+    the student's files in), and the thread that matters last (the one that crashed, or else
+    the main thread, where the test runs). Other lines (the fatal error, the loaded extension
+    modules, a native stack on Pythons that write one) are kept as they are."""
+    try:
+        text = path.read_text("utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+    crashed = "Fatal Python error" in text
+    threads: list[tuple[bool, list[str]]] = []  # (matters, lines)
+    before, after = [], []
+    in_thread = False
+    for line in text.splitlines():
+        if found := THREAD.match(line):
+            ident = int(found.group(2), 16)
+            current = found.group(1) == "Current thread"
+            matters = current if crashed else ident == main_thread
+            title = "Main thread" if ident == main_thread else "Thread"
+            threads.append((matters, [f"{title} {found.group(2)} (most recent call last):"]))
+            in_thread = True
+        elif in_thread and line.startswith(" "):  # a frame, or "<no Python frame>"
+            frame = FRAME.match(line)
+            threads[-1][1].insert(1, "  {}:{} in {}".format(*frame.groups()) if frame else line)
+        elif line.strip():
+            in_thread = False
+            (after if threads else before).append(line.rstrip())
+    threads.sort(key=lambda thread: thread[0])  # stable: the one that matters last
+    return "\n".join(before + [line for _, lines in threads for line in lines] + after)
