@@ -164,11 +164,29 @@ def course(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def steps_command(root: Path, *args: str) -> list[str]:
+    return [sys.executable, str(ROOT / "tools" / "steps.py"), "--root", str(root), *args]
+
+
 def run(root: Path, *args: str) -> tuple[int, str]:
     """Run steps.py as a student would; return (exit code, plain output)."""
-    cmd = [sys.executable, str(ROOT / "tools" / "steps.py"), "--root", str(root), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(steps_command(root, *args), capture_output=True, text=True, timeout=120)
     return proc.returncode, proc.stdout + proc.stderr
+
+
+def start_interruptible(
+    root: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """Start steps.py as a student does in a terminal, where Ctrl-C reaches it: SIGINT gets its
+    default disposition in the child, even when this test run inherited it ignored (a shell's
+    background job ignores SIGINT, and a Python started so never raises KeyboardInterrupt)."""
+    return subprocess.Popen(
+        steps_command(root, *args),
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 def write_student_calc(root: Path, **bodies: str) -> None:
@@ -484,11 +502,7 @@ def test_ctrl_c_ends_every_process_and_keeps_the_students_files(course: Path):
     run(course, "start", "0")
     write_student_calc(course, add="while True:\n        pass", total="return sum(self.items)")
     before = (course / "work/minisgl/calc.py").read_text()
-    judge = subprocess.Popen(
-        [sys.executable, str(ROOT / "tools" / "steps.py"), "--root", str(course), "test", "0"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    judge = start_interruptible(course, "test", "0")
     deadline = time.monotonic() + 30
     while not any("-m pytest" in p for p in processes_under(course)):  # the tests are running
         assert time.monotonic() < deadline, "the judge never started pytest"
@@ -538,12 +552,7 @@ def test_grade_gives_each_student_chapter_and_test_a_row(course: Path, tmp_path:
 
 def test_watch_reruns_the_tests_when_a_file_is_saved_and_ctrl_c_exits(course: Path):
     run(course, "start", "0")
-    watcher = subprocess.Popen(
-        [sys.executable, str(ROOT / "tools" / "steps.py"), "--root", str(course), "watch", "0"],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "COLUMNS": "120"},
-    )
+    watcher = start_interruptible(course, "watch", "0", env={**os.environ, "COLUMNS": "120"})
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(watcher.stdout), daemon=True).start()
 
