@@ -393,6 +393,20 @@ def test_earlier_chapters_fall_back_to_the_reference_but_strict_rejects_it(cours
     assert code == 1 and "--strict: 2 symbols of chapters < 1 are not yours yet" in out
 
 
+def test_all_runs_the_earlier_chapters_across_a_gap_in_the_plan(course: Path):
+    """A chapter not written yet leaves a gap in the numbers (docs/maintainers.md)."""
+    chapter = course / "chapters/ch02_triple"
+    manifest = chapter / "chapter.toml"
+    manifest.write_text(manifest.read_text().replace("number = 2", "number = 3"))
+    shutil.rmtree(chapter / "skeleton")
+    chapter.rename(course / "chapters/ch03_triple")
+    assert steps.main(["--root", str(course), "sync"]) == 0
+    shutil.copytree(course / "solutions/minisgl", course / "work/minisgl")
+    code, out = run(course, "test", "3", "--all")
+    assert code == 0, out
+    assert "Running chapter 3 tests and chapters 1, 0 on your tree" in out
+
+
 def broken_student(course: Path, line: str) -> None:
     run(course, "start", "0")
     shutil.copy(course / "solutions/minisgl/calc.py", course / "work/minisgl/calc.py")
@@ -463,6 +477,15 @@ def test_check_names_a_test_that_passes_on_the_stubs(course: Path):
     test_file.write_text(test_file.read_text() + "\n\ndef test_vacuous():\n    assert True\n")
     code, out = run(course, "check", "0")
     assert code == 1 and "tests that pass on the stubs: test_vacuous" in out
+
+
+def test_check_fails_a_reference_test_slower_than_the_students_limit(course: Path):
+    test_file = course / "tests/test_ch00_basics.py"
+    slow = "\n\ndef test_slow():\n    import time\n\n    time.sleep(3)\n    assert add(1, 1) == 2\n"
+    test_file.write_text(test_file.read_text() + slow)
+    code, out = run(course, "check", "0", "--test-timeout", "1")
+    assert code == 1 and "the reference fails" in out, out
+    assert "test_slow" in out and "did not finish" in out, out
 
 
 def test_check_reports_a_missing_main(course: Path):

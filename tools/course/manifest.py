@@ -132,13 +132,6 @@ class Course:
         task = self.task(path, symbol)
         return f"ch{owner:02d}: {task}" if owner == k else f"written in chapter {owner}: {task}"
 
-    def stub_by_message(self, message: str) -> tuple[str, str, int] | None:
-        """(file, symbol, chapter) of the stub whose NotImplementedError says `message`."""
-        for (path, symbol), owner in self.stub_owner.items():
-            if self.message(path, symbol, owner, owner) == message:
-                return path, symbol, owner
-        return None
-
     def inconsistencies(self) -> list[str]:
         """Everything inconsistent in the manifests, in words."""
         out: list[str] = []
