@@ -598,6 +598,45 @@ def test_watch_reruns_the_tests_when_a_file_is_saved_and_ctrl_c_exits(course: Pa
     assert watcher.returncode == 0
 
 
+# --- the course library as a package -----------------------------------------------------
+
+
+def test_the_guide_lists_every_module_of_the_course_library():
+    guide = (ROOT / "docs/maintainers.md").read_text()
+    table = guide.split("### The course library", 1)[1].split("\n#", 1)[0]
+    listed = set(re.findall(r"^\| `(\w+)\.py`", table, flags=re.MULTILINE))
+    listed |= set(re.findall(r"^\| `\w+\.py`, `(\w+)\.py`", table, flags=re.MULTILINE))
+    modules = {p.stem for p in (ROOT / "tools/course").glob("*.py")} - {"__init__"}
+    assert modules - listed == set(), "docs/maintainers.md's course-library table lacks these"
+    assert listed - modules == set(), "docs/maintainers.md lists modules that do not exist"
+
+
+def test_the_installed_course_package_is_importable_and_does_not_leak_engine_modules(
+    tmp_path: Path,
+):
+    """`import course` works from the project's interpreter with no sys.path edit, and the
+    install adds a plain path entry: a minisgl tree first on PYTHONPATH that lacks a module
+    must not get the reference's (an import hook of a two-root editable install does that)."""
+    (tmp_path / "minisgl").mkdir()
+    (tmp_path / "minisgl/__init__.py").write_text("")
+    code = (
+        "import course.paths, importlib.util, minisgl\n"
+        "print(course.paths.ROOT)\n"
+        "print(minisgl.__file__)\n"
+        "print(importlib.util.find_spec('minisgl.core'))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, (
+        f"`import course` fails: reinstall (pip install -e .)\n{done.stderr}"
+    )
+    root, init, core = done.stdout.splitlines()
+    assert Path(root) == ROOT and Path(init) == tmp_path / "minisgl/__init__.py"
+    assert core == "None", f"minisgl.core came from outside the tree first on the path: {core}"
+
+
 # --- mutate: how strong the tests are -------------------------------------------------------
 
 MUTATIONS_0 = """

@@ -44,18 +44,18 @@ from course.checks import (
     run_mains,
 )
 from course.outputs import OUTPUTS
-from course.report import PYTHON, console, print_cases, print_failure, print_snapshot
+from course.paths import BUILD, PYTHON, ROOT, WORK
+from course.report import console, print_cases, print_failure, print_snapshot
 from course.runner import run_main, sandbox_env
 from course.snapshot import build_snapshot, sync_skeletons, tree_of
 from course.store import ProgressStore, backup
 from course.workspace import plan_start, sha
 
-ROOT = Path(__file__).resolve().parent.parent
 WATCH_POLL_S = 0.3  # how often `watch` looks for saved files
 
 
 def progress(course: Course) -> ProgressStore:
-    return ProgressStore(course.root / "work" / ".progress.json")
+    return ProgressStore(course.root / WORK / ".progress.json")
 
 
 # --- student commands -----------------------------------------------------------------------
@@ -110,7 +110,7 @@ def cmd_start(course: Course, args: argparse.Namespace) -> int:
 def cmd_test(course: Course, args: argparse.Namespace) -> int:
     """Assemble snapshot K from the student's tree; run K's tests, then its main; report."""
     k, m, store = args.chapter, course.chapter(args.chapter), progress(course)
-    root = course.root / "build" / "student" / f"{k:02d}"
+    root = course.root / BUILD / "student" / f"{k:02d}"
 
     def verdict(ok: bool, why: str) -> int:
         if not args.select:
@@ -244,7 +244,7 @@ def cmd_capture(course: Course, args: argparse.Namespace) -> int:
     failed = 0
     for k in numbers:
         m = course.chapter(k)
-        ref = build_snapshot(course, k, "reference", course.root / "build" / "steps" / f"{k:02d}")
+        ref = build_snapshot(course, k, "reference", course.root / BUILD / "steps" / f"{k:02d}")
         for run in run_mains(course, m, ref.root, outputs):
             if run.ok:
                 (outputs / f"{Path(run.label).stem}.txt").write_text(run.output, "utf-8")

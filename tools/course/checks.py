@@ -15,6 +15,7 @@ from pathlib import Path
 
 from course.manifest import Course, Manifest
 from course.problems import Problem
+from course.paths import BUILD
 from course.outputs import CAPTURE_ENV, OUTPUTS, output_drift
 from course.runner import Run, run_main, run_pytest, sandbox_env
 from course.snapshot import build_snapshot
@@ -117,7 +118,7 @@ def check_chapters(
 
     Tests get the students' per-test limit (or their time_limit mark): a test too slow for a
     student's run fails here first."""
-    build = course.root / "build" / "steps"
+    build = course.root / BUILD / "steps"
     with ThreadPoolExecutor(jobs) as pool:
         pending = []
         for k in chapters:

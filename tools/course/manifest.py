@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from course.errors import CourseError
+from course.paths import STUDENT_TREE
 from course.source import functions, stub_of, task_of
 
 if sys.version_info >= (3, 11):
@@ -80,7 +81,7 @@ class Course:
     @property
     def work(self) -> Path:
         """The student's engine tree."""
-        return self.root / "work" / "minisgl"
+        return self.root / STUDENT_TREE
 
     @property
     def stages(self) -> dict[int, list[int]]:

@@ -11,9 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from course.errors import CourseError
+from course.manifest import Course
+from course.paths import PYTHON, ROOT
 
 DIFFICULTIES = ("easy", "medium", "hard")
 ENVS = ("browser", "torch", "cuda")  # browser: standard library only (runs in Pyodide too)
+TIMEOUTS = {"browser": 20, "torch": 120, "cuda": 300}  # seconds for a whole test run
 FRONT_MATTER_KEYS = ("number", "title", "chapter", "difficulty", "env")
 PROBLEM_FILES = ("problem.md", "starter.py", "solution.py", "test.py")
 SAMPLE_PREFIX = "test_example"
@@ -172,6 +175,10 @@ def find_problem(problems: list[Problem], key: str) -> Problem:
     for problem in problems:
         if key in (str(problem.number), problem.slug):
             return problem
-    raise ProblemError(
-        f"no problem {key!r}: `.venv/bin/python practice/judge.py list` shows them all"
-    )
+    raise ProblemError(f"no problem {key!r}: `{PYTHON} practice/judge.py list` shows them all")
+
+
+def course_problems(root: Path = ROOT) -> list[Problem]:
+    """Every problem of the course at `root` (its practice/problems/), checked against the
+    chapters of its manifests."""
+    return load_problems(root / "practice" / "problems", set(Course.load(root).chapters))
