@@ -8,6 +8,7 @@
     .venv/bin/python practice/judge.py solution 41       the reference answer (after you tried)
     .venv/bin/python practice/judge.py status            solved / tried per chapter
     .venv/bin/python practice/judge.py check             maintainers and CI: every problem is sound
+    .venv/bin/python practice/judge.py sync [--check]    rewrite starters from their solutions
 
 A problem is a folder practice/problems/<slug>/ (practice/README.md has the format). Tests run
 with pytest in a subprocess, in a fresh temporary directory that holds only the file under test
@@ -44,7 +45,7 @@ from course.manifest import Course
 from course.paths import MODELS, PRACTICE, PYTHON, ROOT
 from course.practice import can_import, runs_ok
 from course.practice import grade as grade_in_sandbox
-from course.problems import ENVS, TIMEOUTS, Problem, ProblemError, find_problem
+from course.problems import ENVS, TIMEOUTS, Problem, ProblemError, derived_starter, find_problem
 from course.problems import load_problems as load_problems_in
 from course.report import console, mark, print_practice_run
 from course.runner import Run
@@ -283,6 +284,28 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def cmd_sync(args: argparse.Namespace) -> int:
+    """Rewrite each starter.py from its solution.py (derived_starter); --check only names the
+    stale ones."""
+    stale = [
+        (p, text)
+        for p in load_problems(args.problems)
+        if (text := derived_starter(p)) != (p.path / "starter.py").read_text("utf-8")
+    ]
+    for problem, text in stale:
+        console.print(f"  {'stale' if args.check else 'wrote'}: {problem.path / 'starter.py'}")
+        if not args.check:
+            (problem.path / "starter.py").write_text(text, "utf-8", newline="")
+    if args.check and stale:
+        console.print(
+            f"[red]{len(stale)} starters differ from their solution:[/] "
+            f"run {PYTHON} practice/judge.py sync"
+        )
+        return 1
+    console.print(f"starters: {'up to date' if args.check else f'{len(stale)} written'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -336,6 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("only", nargs="*", help="only these problem numbers")
     p.add_argument("--jobs", type=int, default=2, help="test runs in parallel (default 2)")
     p.add_argument("--chapters", help="chapters that need problems, e.g. 0,1 (default: all)")
+    command("sync", cmd_sync, "maintainers: rewrite the starters from the solutions").add_argument(
+        "--check", action="store_true", help="only name the stale starters (CI)"
+    )
     args = parser.parse_args(argv)
     try:
         return args.run(args)
