@@ -33,13 +33,14 @@ try:
     from rich.panel import Panel
     from rich.syntax import Syntax
     from rich.table import Table
+
+    from course import CourseError  # the course library, installed with the project
 except ModuleNotFoundError:  # started with a Python that lacks the project's packages
     sys.exit(
         "judge.py needs the project's environment: run ./run demo (or ./run test) once, "
         "then use .venv/bin/python practice/judge.py"
     )
 
-from course import CourseError
 from course.checks import unsound_problem
 from course.manifest import Course
 from course.paths import MODELS, PRACTICE, PYTHON, ROOT

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]  # this file is <repository>/tools/course/paths.py
-TOOLS = ROOT / "tools"
 PYTHON = ".venv/bin/python"  # the project's interpreter, as the commands we print spell it
 MODELS = ROOT / "models"  # checkpoints written by tools/provision.py
 PRACTICE = ROOT / "practice"  # the practice judge, its problems and the student's workspace
