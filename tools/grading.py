@@ -39,6 +39,7 @@ from course.source import first_line, functions, head_of, replace_functions
 
 COURSE_ENV = "MINISGL_COURSE"  # the repository, for the notebooks' locked cells
 COURSE_ID = "minisgl"
+WORK = STUDENT_TREE  # where a notebook writes its files: work/minisgl/ next to the notebook
 TEST_POINTS = 1  # per test function (all its parameter sets must pass)
 MAIN_POINTS = 2  # the hidden check that the chapter's main runs to its end
 # nbgrader stops a cell after this long (its default, 30 s, is less than one test run).
@@ -54,7 +55,7 @@ class NotebookGrader:
     def __init__(self, chapter: int, folder: Path | str = ".") -> None:
         self.course = Course.load(ROOT)
         self.manifest = self.course.chapter(chapter)
-        self.work = Path(folder).resolve() / STUDENT_TREE
+        self.work = Path(folder).resolve() / WORK
         self._scratch = tempfile.TemporaryDirectory(prefix=f"minisgl-{self.manifest.name}-")
         self.snapshot = Path(self._scratch.name)  # snapshot K is assembled here
         self.run: Run | None = None
@@ -203,7 +204,7 @@ def chapter_notebook(course: Course, k: int) -> dict:
         f"# Chapter {k}: {m.title}\n\n"
         f"Read the chapter first (`{m.docs}` on the course site). Then write the body of "
         f"each function marked `# YOUR CODE HERE` in the file cells below: running a file "
-        f"cell writes the file into `{STUDENT_TREE.as_posix()}/` next to this notebook. "
+        f"cell writes the file into `{WORK.as_posix()}/` next to this notebook. "
         f"Run every cell from the top: the test cells grade your files with the course's "
         f"tests (`{m.tests}`), as `steps.py test {k}` would; each test function is worth "
         f"{TEST_POINTS} point. At grading, a hidden check also runs the chapter's main "
@@ -227,8 +228,7 @@ def chapter_notebook(course: Course, k: int) -> dict:
         cells.append(
             cell(
                 "code",
-                f"%%writefile {(STUDENT_TREE / path).as_posix()}\n"
-                + solution_text(course, path, k),
+                f"%%writefile {(WORK / path).as_posix()}\n" + solution_text(course, path, k),
                 grade_id(f"file_{path}"),
                 solution=True,
                 locked=False,

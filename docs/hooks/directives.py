@@ -39,7 +39,7 @@ from mkdocs.structure.files import File, Files
 
 from course import CourseError
 from course.manifest import Course
-from course.paths import PYTHON, ROOT
+from course.paths import PYTHON
 from course.problems import course_problems
 from course.snapshot import render_tree
 from course.source import body_span, definition_source, find_definition, first_line
@@ -47,6 +47,8 @@ from course.source import body_span, definition_source, find_definition, first_l
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import figures  # noqa: E402  (the drawing code of ::figure, next to this file)
 
+# The repository being built, which need not be the installed course's (a test builds a copy).
+ROOT = Path(__file__).resolve().parents[2]
 ENGINE = ROOT / "solutions" / "minisgl"
 OUTPUTS = ROOT / "docs" / "_outputs"
 EXAMPLES = ROOT / "examples"

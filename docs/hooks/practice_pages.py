@@ -25,10 +25,12 @@ from mkdocs.config.config_options import ExtraScriptValue
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
 
-from course.paths import PRACTICE, PYTHON, ROOT
+from course.paths import PYTHON
 from course.problems import SAMPLE_PREFIX, TIMEOUTS, Problem, ProblemError, course_problems
 
-WEB = PRACTICE / "web"
+# The repository being built, which need not be the installed course's (a test builds a copy).
+ROOT = Path(__file__).resolve().parents[2]
+WEB = ROOT / "practice" / "web"
 PYODIDE = WEB / "node_modules" / "pyodide"
 # What a page needs at run time (the rest of the npm package is for node or debugging).
 PYODIDE_FILES = (
