@@ -611,6 +611,12 @@ def test_the_guide_lists_every_module_of_the_course_library():
     assert listed - modules == set(), "docs/maintainers.md lists modules that do not exist"
 
 
+def test_course_paths_root_is_this_repository():
+    from course.paths import ROOT as COURSE_ROOT
+
+    assert COURSE_ROOT == ROOT
+
+
 def test_the_installed_course_package_is_importable_and_does_not_leak_engine_modules(
     tmp_path: Path,
 ):
@@ -621,7 +627,6 @@ def test_the_installed_course_package_is_importable_and_does_not_leak_engine_mod
     (tmp_path / "minisgl/__init__.py").write_text("")
     code = (
         "import course.paths, importlib.util, minisgl\n"
-        "print(course.paths.ROOT)\n"
         "print(minisgl.__file__)\n"
         "print(importlib.util.find_spec('minisgl.core'))\n"
     )
@@ -632,8 +637,8 @@ def test_the_installed_course_package_is_importable_and_does_not_leak_engine_mod
     assert done.returncode == 0, (
         f"`import course` fails: reinstall (pip install -e .)\n{done.stderr}"
     )
-    root, init, core = done.stdout.splitlines()
-    assert Path(root) == ROOT and Path(init) == tmp_path / "minisgl/__init__.py"
+    init, core = done.stdout.splitlines()
+    assert Path(init) == tmp_path / "minisgl/__init__.py"
     assert core == "None", f"minisgl.core came from outside the tree first on the path: {core}"
 
 
