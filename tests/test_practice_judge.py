@@ -398,6 +398,15 @@ def test_sync_rewrites_a_starter_from_its_solution_keeping_its_stubs_and_omissio
     assert run_judge("sync", "--check", "--problems", str(tmp_path)).returncode == 0
 
 
+def test_sync_refuses_a_starter_that_defines_what_the_solution_lacks(tmp_path: Path) -> None:
+    write_problem(
+        tmp_path, solution=SOLUTION_PY, starter=STARTER_PY + "\n\ndef triple(x):\n    pass\n"
+    )
+    done = run_judge("sync", "--check", "--problems", str(tmp_path))
+    assert done.returncode == 2
+    assert "it defines triple, which solution.py does not" in done.stdout.replace("\n", " ")
+
+
 def test_every_real_starter_is_derived_from_its_solution() -> None:
     stale = [
         p.slug

@@ -199,8 +199,11 @@ def derived_starter(problem: Problem) -> str:
             for name, nodes in functions(ast.parse(starter)).items()
             if (task := stub_raise(nodes[0])) is not None
         }
-        given = definitions(ast.parse(starter))
-        omitted = set(definitions(ast.parse(solution))) - set(given)
+        given, defined = definitions(ast.parse(starter)), definitions(ast.parse(solution))
+        extra = sorted(set(given) - set(defined))
+        if extra:  # sync would drop them: everything a starter gives comes from the solution
+            raise CourseError(f"it defines {', '.join(extra)}, which solution.py does not")
+        omitted = set(defined) - set(given)
         # a left-out class takes its methods with it
         omit = {n for n in omitted if not any(n.startswith(f"{o}.") for o in omitted)}
         return derive_starter(solution, stubs, omit)
