@@ -8,6 +8,7 @@
     .venv/bin/python practice/judge.py solution 41       the reference answer (after you tried)
     .venv/bin/python practice/judge.py status            solved / tried per chapter
     .venv/bin/python practice/judge.py check             maintainers and CI: every problem is sound
+    .venv/bin/python practice/judge.py sync [--check]    rewrite starters from their solutions
 
 A problem is a folder practice/problems/<slug>/ (practice/README.md has the format). Tests run
 with pytest in a subprocess, in a fresh temporary directory that holds only the file under test
@@ -26,48 +27,47 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-PRACTICE_DIR = Path(__file__).resolve().parent
-REPO_ROOT = PRACTICE_DIR.parent
-sys.path.insert(0, str(REPO_ROOT / "tools"))
 try:
     from rich.markdown import Markdown
     from rich.markup import escape
     from rich.panel import Panel
     from rich.syntax import Syntax
     from rich.table import Table
+
+    from course import CourseError  # the course library, installed with the project
 except ModuleNotFoundError:  # started with a Python that lacks the project's packages
     sys.exit(
         "judge.py needs the project's environment: run ./run demo (or ./run test) once, "
         "then use .venv/bin/python practice/judge.py"
     )
 
-from course import CourseError  # noqa: E402
-from course.manifest import Course  # noqa: E402
-from course.problems import ENVS, Problem, ProblemError, find_problem  # noqa: E402
-from course.problems import load_problems as load_problems_in  # noqa: E402
-from course.report import PYTHON, console, mark, print_practice_run  # noqa: E402
-from course.checks import unsound_problem  # noqa: E402
-from course.practice import can_import, runs_ok  # noqa: E402
-from course.practice import grade as grade_in_sandbox  # noqa: E402
-from course.runner import Run  # noqa: E402
-from course.store import ProgressStore, backup  # noqa: E402
+from course.checks import unsound_problem
+from course.manifest import Course
+from course.paths import MODELS, PRACTICE, PYTHON, ROOT
+from course.practice import can_import, runs_ok
+from course.practice import grade as grade_in_sandbox
+from course.problems import ENVS, TIMEOUTS, Problem, ProblemError, derived_starter, find_problem
+from course.problems import load_problems as load_problems_in
+from course.report import console, mark, print_practice_run
+from course.runner import Run
+from course.store import ProgressStore, backup
 
-PROBLEMS_DIR = PRACTICE_DIR / "problems"
-WORKSPACE_DIR = PRACTICE_DIR / "workspace"
-MODELS_DIR = REPO_ROOT / "models"
-TIMEOUTS = {"browser": 20, "torch": 120, "cuda": 300}  # seconds for a whole test run
+PROBLEMS_DIR = PRACTICE / "problems"
+WORKSPACE_DIR = PRACTICE / "workspace"
 TIMEOUT_ENV_VAR = "PRACTICE_TIMEOUT"  # overrides TIMEOUTS, e.g. for the judge's own tests
 MIN_PROBLEMS_PER_CHAPTER = 3
 TINY_MODELS = ("tiny-qwen3", "tiny-qwen2", "tiny-llama")  # what torch problems load
+# Torch problems' tests read the models from here (they run in a temporary folder).
+MODELS_ENV = "PRACTICE_MODELS"
+PROVISION = f"run `{PYTHON} tools/provision.py`"
 
 
 def course_chapters() -> set[int]:
-    return set(Course.load(REPO_ROOT).chapters)
+    return set(Course.load(ROOT).chapters)
 
 
 def load_problems(root: Path | str | None = None) -> list[Problem]:
-    """Every problem under `root` (default practice/problems), for this module's users (the
-    docs hooks list a chapter's problems with it)."""
+    """Every problem under `root` (default practice/problems)."""
     return load_problems_in(Path(root) if root else PROBLEMS_DIR, course_chapters())
 
 
@@ -77,8 +77,14 @@ def grade(
     """Grade a file for a problem, with the problem's timeout (or --timeout, or the variable)."""
     override = os.environ.get(TIMEOUT_ENV_VAR)
     timeout = timeout or (float(override) if override else TIMEOUTS[problem.env])
-    env = {"PRACTICE_MODELS": str(MODELS_DIR), "PRACTICE_REPO": str(REPO_ROOT)}
-    return grade_in_sandbox(problem, submission, timeout, env, samples_only)
+    missing = missing_models() if problem.env != "browser" else []
+    if missing:  # the tests would fail on a missing file, not on the submission
+        return Run(problem.slug, 0.0, f"{', '.join(missing)} missing: {PROVISION}")
+    return grade_in_sandbox(problem, submission, timeout, {MODELS_ENV: str(MODELS)}, samples_only)
+
+
+def missing_models() -> list[str]:
+    return [f"models/{m}" for m in TINY_MODELS if not (MODELS / m / "config.json").is_file()]
 
 
 # --- student commands ---------------------------------------------------------------------------
@@ -194,10 +200,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     checks = {"Python >= 3.10": (sys.version_info >= (3, 10), sys.executable)}
     for module in ("pytest", "torch", "minisgl"):
         checks[module] = can_import(module)
-    missing = [m for m in TINY_MODELS if not (MODELS_DIR / m / "config.json").is_file()]
+    missing = missing_models()
     checks["tiny models"] = (
         not missing,
-        f"missing {', '.join(missing)}" if missing else str(MODELS_DIR),
+        f"missing {', '.join(missing)}" if missing else str(MODELS),
     )
     table = Table("check", "", "details", title="Environment")
     for name, (ok, detail) in checks.items():
@@ -279,6 +285,28 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def cmd_sync(args: argparse.Namespace) -> int:
+    """Rewrite each starter.py from its solution.py (derived_starter); --check only names the
+    stale ones."""
+    stale = [
+        (p, text)
+        for p in load_problems(args.problems)
+        if (text := derived_starter(p)) != (p.path / "starter.py").read_text("utf-8")
+    ]
+    for problem, text in stale:
+        console.print(f"  {'stale' if args.check else 'wrote'}: {problem.path / 'starter.py'}")
+        if not args.check:
+            (problem.path / "starter.py").write_text(text, "utf-8", newline="")
+    if args.check and stale:
+        console.print(
+            f"[red]{len(stale)} starters differ from their solution:[/] "
+            f"run {PYTHON} practice/judge.py sync"
+        )
+        return 1
+    console.print(f"starters: {'up to date' if args.check else f'{len(stale)} written'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -332,6 +360,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("only", nargs="*", help="only these problem numbers")
     p.add_argument("--jobs", type=int, default=2, help="test runs in parallel (default 2)")
     p.add_argument("--chapters", help="chapters that need problems, e.g. 0,1 (default: all)")
+    command("sync", cmd_sync, "maintainers: rewrite the starters from the solutions").add_argument(
+        "--check", action="store_true", help="only name the stale starters (CI)"
+    )
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -10,8 +10,10 @@ import os
 import random
 import subprocess
 import sys
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -181,6 +183,35 @@ def guarded_llm(model_dir: Path, **config):  # noqa: ANN003, ANN201 - a minisgl 
     llm = LLM(str(model_dir), **config)
     guard_steps(llm.scheduler)
     return llm
+
+
+def engine_config(
+    cache_type: str = "naive", enable_overlap: bool = False, pool_tokens: int = 2048
+) -> Callable[..., dict[str, Any]]:
+    """A test module's `config(page_size=1, **overrides)`: the LLM / SchedulerConfig keyword
+    arguments its engines run with (on the CPU, 8 table rows, `pool_tokens` KV slots whatever
+    the page size), each override replacing one of them."""
+
+    def config(page_size: int = 1, **overrides: Any) -> dict[str, Any]:
+        return {
+            "cache_type": cache_type,
+            "enable_overlap": enable_overlap,
+            "device": "cpu",
+            "show_progress": False,
+            "page_size": page_size,
+            "num_pages": pool_tokens // page_size,
+            "max_running_req": 8,
+        } | overrides
+
+    return config
+
+
+def generate(llm, prompts: list, params) -> list[dict]:  # noqa: ANN001 - a minisgl LLM
+    """LLM.generate, after which the scheduler must be idle and no page leaked."""
+    outputs = llm.generate(prompts, params)
+    assert not llm.scheduler.has_work, "generate returned with requests still in the scheduler"
+    llm.scheduler.cache_manager.check_integrity()
+    return outputs
 
 
 def llm_fixture(config):  # noqa: ANN001, ANN201 - config(**overrides) -> LLM kwargs

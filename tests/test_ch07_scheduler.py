@@ -19,6 +19,8 @@ from conftest import (
     SCHEDULER_MAX_STEPS,
     TINY_MODELS,
     encode,
+    engine_config,
+    generate,
     greedy,
     guarded_llm,
     hf_greedy_cached,
@@ -28,7 +30,6 @@ from conftest import (
 )
 
 from minisgl.core import Req, SamplingParams
-from minisgl.llm import LLM
 from minisgl.scheduler import Scheduler, SchedulerConfig
 from minisgl.scheduler.decode import DecodeManager
 from minisgl.utils import InvalidRequestError, RequestTooLongError
@@ -44,28 +45,7 @@ MAX_TOKENS = [9, 4, 12, 1]  # different lengths, so requests leave the batch at 
 POOL_TOKENS = 1024  # KV slots of every engine here: plenty for these prompts
 
 
-def config(page_size: int = 1, **overrides) -> dict:
-    """What every engine of this chapter runs with: no radix cache, no overlap, on the CPU."""
-    return (
-        dict(
-            cache_type="naive",
-            enable_overlap=False,
-            device="cpu",
-            show_progress=False,
-            page_size=page_size,
-            num_pages=POOL_TOKENS // page_size,
-            max_running_req=8,
-        )
-        | overrides
-    )
-
-
-def generate(llm: LLM, prompts, params) -> list[dict]:
-    """LLM.generate, after which the scheduler must be idle and every page free again."""
-    outputs = llm.generate(prompts, params)
-    assert not llm.scheduler.has_work, "generate returned with requests still in the scheduler"
-    llm.scheduler.cache_manager.check_integrity()
-    return outputs
+config = engine_config(pool_tokens=POOL_TOKENS)
 
 
 llms = llm_fixture(config)

@@ -13,7 +13,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import TINY_MODELS, greedy, guarded_llm, hf_greedy_cached, llm_fixture, load_tokenizer
+from conftest import (
+    TINY_MODELS,
+    engine_config,
+    generate as generate_idle,
+    greedy,
+    guarded_llm,
+    hf_greedy_cached,
+    llm_fixture,
+    load_tokenizer,
+)
 
 from minisgl.kvcache.radix_cache import RadixPrefixCache
 from minisgl.llm import LLM
@@ -217,27 +226,14 @@ def test_with_page_size_4_only_whole_pages_are_cached_and_matched():
 # --- in the engine ---------------------------------------------------------------------------
 
 
-def config(page_size: int = 1, **overrides) -> dict:
-    return (
-        dict(
-            cache_type="radix",
-            enable_overlap=False,
-            device="cpu",
-            show_progress=False,
-            page_size=page_size,
-            num_pages=2048 // page_size,
-            max_running_req=8,
-        )
-        | overrides
-    )
+config = engine_config(cache_type="radix")
 
 
 def generate(llm: LLM, prompts: list[list[int]], params) -> list[dict]:
-    """LLM.generate, after which nothing may run, be locked or leak."""
-    outputs = llm.generate(prompts, params)
+    """LLM.generate, after which nothing may run or leak (conftest.generate), and no prefix
+    stays locked."""
+    outputs = generate_idle(llm, prompts, params)
     scheduler = llm.scheduler
-    assert not scheduler.has_work
-    scheduler.cache_manager.check_integrity()
     cached = scheduler.cache_manager.prefix_cache.size_info
     assert cached.protected_size == 0, "a finished request still locks its prefix"
     assert (

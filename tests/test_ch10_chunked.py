@@ -16,6 +16,8 @@ import torch
 from conftest import (
     TINY_MODELS,
     encode,
+    engine_config,
+    generate,
     greedy,
     guarded_llm,
     hf_greedy_cached,
@@ -26,7 +28,6 @@ from conftest import (
 
 from minisgl.core import Req, SamplingParams
 from minisgl.kvcache import NaivePrefixCache
-from minisgl.llm import LLM
 from minisgl.scheduler import Scheduler, SchedulerConfig, TableManager
 from minisgl.scheduler.cache import CacheManager
 from minisgl.scheduler.prefill import ChunkedReq, PrefillAdder
@@ -65,27 +66,7 @@ LONG_TEXT = (
 )
 
 
-def config(page_size: int = 1, **overrides) -> dict:
-    return (
-        dict(
-            cache_type="naive",
-            enable_overlap=False,
-            device="cpu",
-            show_progress=False,
-            page_size=page_size,
-            num_pages=2048 // page_size,
-            max_running_req=8,
-        )
-        | overrides
-    )
-
-
-def generate(llm: LLM, prompts: list[list[int]], params) -> list[dict]:
-    """LLM.generate, after which the scheduler must be idle and no page leaked."""
-    outputs = llm.generate(prompts, params)
-    assert not llm.scheduler.has_work
-    llm.scheduler.cache_manager.check_integrity()
-    return outputs
+config = engine_config()
 
 
 llms = llm_fixture(config)

@@ -12,7 +12,16 @@ from __future__ import annotations
 
 
 import pytest
-from conftest import TINY_MODELS, encode, greedy, hf_greedy_cached, llm_fixture, run_until_idle
+from conftest import (
+    TINY_MODELS,
+    encode,
+    engine_config,
+    generate as generate_idle,
+    greedy,
+    hf_greedy_cached,
+    llm_fixture,
+    run_until_idle,
+)
 
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
@@ -29,27 +38,14 @@ PROMPTS = [
 MAX_TOKENS = [9, 4, 12, 1, 6]
 
 
-def config(page_size: int = 1, **overrides) -> dict:
-    return (
-        dict(
-            cache_type="naive",
-            enable_overlap=True,
-            device="cpu",
-            show_progress=False,
-            page_size=page_size,
-            num_pages=2048 // page_size,
-            max_running_req=8,
-        )
-        | overrides
-    )
+config = engine_config(enable_overlap=True)
 
 
 def generate(llm: LLM, prompts: list[list[int]], params) -> list[dict]:
-    """LLM.generate, after which the scheduler must be idle and no page leaked."""
-    outputs = llm.generate(prompts, params)
+    """LLM.generate, after which the scheduler must be idle and no page leaked
+    (conftest.generate), and no request or table row is left behind by the lagged step."""
+    outputs = generate_idle(llm, prompts, params)
     scheduler = llm.scheduler
-    assert not scheduler.has_work
-    scheduler.cache_manager.check_integrity()
     assert not scheduler.decode_manager.running_reqs
     assert scheduler.table_manager.available_size == scheduler.config.max_running_req
     return outputs

@@ -15,13 +15,13 @@ import time
 from pathlib import Path
 
 import pytest
+from course.problems import course_problems, derived_starter, parse_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 JUDGE = ROOT / "practice" / "judge.py"
 sys.path.insert(0, str(JUDGE.parent))
 
 import judge  # noqa: E402  (practice/ is not a package)
-from course.problems import parse_problem  # noqa: E402  (judge put tools/ on the path)
 
 BROWSER_BUDGET_S = 3.0  # a pure-Python problem is graded in well under this (docs/maintainers.md)
 
@@ -339,6 +339,81 @@ def test_check_enforces_three_problems_per_chapter(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout
     done = run_judge("check", "--problems", str(tmp_path))  # every chapter of the course
     assert done.returncode == 1 and "chapter 0 has 0 problems" in done.stdout.replace("\n", " ")
+
+
+def test_a_torch_problem_is_not_graded_while_a_tiny_model_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = write_problem(tmp_path, env="torch")
+    monkeypatch.setattr(judge, "MODELS", tmp_path / "models")  # nothing provisioned there
+    run = judge.grade(parse_problem(folder, {0}), folder / "solution.py")
+    assert not run.ok and not run.tests
+    assert run.verdict.startswith("models/tiny-qwen3, models/tiny-qwen2, models/tiny-llama missing")
+    assert "tools/provision.py" in run.verdict
+
+
+# --- starters derived from solutions -----------------------------------------------------------
+
+SOLUTION_PY = '''\
+import math
+
+
+def half(x: int) -> int:
+    return x // 2
+
+
+def double(x: int) -> int:
+    """Return 2 * x."""
+    return 2 * x
+'''
+STARTER_PY = '''\
+import math
+
+
+def double(x: int) -> int:
+    """Return 2 * x."""
+    raise NotImplementedError("multiply by two")
+'''
+
+
+def test_sync_rewrites_a_starter_from_its_solution_keeping_its_stubs_and_omissions(
+    tmp_path: Path,
+) -> None:
+    folder = write_problem(tmp_path, solution=SOLUTION_PY, starter=STARTER_PY)
+    assert run_judge("sync", "--check", "--problems", str(tmp_path)).returncode == 0
+    solution = folder / "solution.py"
+    solution.write_text(
+        SOLUTION_PY.replace('    """Return 2 * x."""', '    """Return x doubled."""')
+        .replace("double(x: int) -> int", "double(x: float) -> float")
+        .replace("import math\n", "import math\nimport operator\n")
+    )
+    done = run_judge("sync", "--check", "--problems", str(tmp_path))
+    assert done.returncode == 1 and "double_it/starter.py" in done.stdout.replace("\n", "")
+    assert run_judge("sync", "--problems", str(tmp_path)).returncode == 0
+    assert (folder / "starter.py").read_text() == STARTER_PY.replace(
+        '    """Return 2 * x."""', '    """Return x doubled."""'
+    ).replace("double(x: int) -> int", "double(x: float) -> float").replace(
+        "import math\n", "import math\nimport operator\n"
+    ), "the solution's head and imports, the starter's task; half stays left out"
+    assert run_judge("sync", "--check", "--problems", str(tmp_path)).returncode == 0
+
+
+def test_sync_refuses_a_starter_that_defines_what_the_solution_lacks(tmp_path: Path) -> None:
+    write_problem(
+        tmp_path, solution=SOLUTION_PY, starter=STARTER_PY + "\n\ndef triple(x):\n    pass\n"
+    )
+    done = run_judge("sync", "--check", "--problems", str(tmp_path))
+    assert done.returncode == 2
+    assert "it defines triple, which solution.py does not" in done.stdout.replace("\n", " ")
+
+
+def test_every_real_starter_is_derived_from_its_solution() -> None:
+    stale = [
+        p.slug
+        for p in course_problems()
+        if derived_starter(p) != (p.path / "starter.py").read_text()
+    ]
+    assert stale == [], f"run practice/judge.py sync: {stale}"
 
 
 def test_list_and_solution(problems: Path, workspace: Path) -> None:

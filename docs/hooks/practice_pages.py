@@ -18,7 +18,6 @@ import ast
 import json
 import logging
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,10 @@ from mkdocs.config.config_options import ExtraScriptValue
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
 
+from course.paths import PYTHON
+from course.problems import SAMPLE_PREFIX, TIMEOUTS, Problem, ProblemError, course_problems
+
+# The repository being built, which need not be the installed course's (a test builds a copy).
 ROOT = Path(__file__).resolve().parents[2]
 WEB = ROOT / "practice" / "web"
 PYODIDE = WEB / "node_modules" / "pyodide"
@@ -39,19 +42,14 @@ PYODIDE_FILES = (
 )
 ASSETS = "practice/assets"  # docs/practice/assets: the page script, the worker, the style
 TABLE_MARKER = "<!-- practice:problems -->"
-PYTHON = ".venv/bin/python"  # the project's interpreter, in the commands pages show
 log = logging.getLogger("mkdocs.hooks.practice_pages")
 
-sys.path.insert(0, str(ROOT / "practice"))
-import judge  # noqa: E402 - the practice judge reads the problem folders; the site reuses it
-from course.problems import SAMPLE_PREFIX  # noqa: E402 - judge.py put tools/ on sys.path
+
+def browser_problems() -> list[Problem]:
+    return [p for p in course_problems(ROOT) if p.env == "browser"]
 
 
-def browser_problems() -> list[judge.Problem]:
-    return [p for p in judge.load_problems() if p.env == "browser"]
-
-
-def page_uri(problem: judge.Problem) -> str:
+def page_uri(problem: Problem) -> str:
     return f"practice/{problem.slug}.md"
 
 
@@ -105,13 +103,13 @@ def hidden_section(css_class: str, title: str, kind: str, markdown: str) -> str:
     )
 
 
-def problem_page(problem: judge.Problem) -> str:
+def problem_page(problem: Problem) -> str:
     """The Markdown of a problem's page."""
     data = {
         "number": problem.number,
         "slug": problem.slug,
         "title": problem.title,
-        "timeout": judge.TIMEOUTS["browser"],
+        "timeout": TIMEOUTS["browser"],
         "starter": (problem.path / "starter.py").read_text(),
         "tests": (problem.path / "test.py").read_text(),
     }
@@ -156,7 +154,7 @@ Chapter {problem.chapter} · {problem.difficulty} · runs in your browser
 
 def problems_table() -> str:
     """Every practice problem: browser ones link to their page, with the reader's status."""
-    problems = judge.load_problems()
+    problems = course_problems(ROOT)
     rows = [
         "| # | problem | chapter | difficulty | runs in | your status |",
         "|---|---|---|---|---|---|",
@@ -203,7 +201,7 @@ def on_files(files: Files, config: Any) -> Files:
     files.append(File.generated(config, f"{ASSETS}/runner.py", abs_src_path=str(WEB / "runner.py")))
     try:
         problems = browser_problems()
-    except judge.ProblemError as error:
+    except ProblemError as error:
         raise PluginError(f"practice problems: {error}") from None
     for problem in problems:
         files.append(File.generated(config, page_uri(problem), content=problem_page(problem)))

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from course.manifest import Course, Manifest
 from course.problems import Problem
+from course.paths import BUILD
 from course.outputs import CAPTURE_ENV, OUTPUTS, output_drift
 from course.runner import FAILED, Run, run_main, run_pytest, sandbox_env
 from course.snapshot import build_snapshot
@@ -109,12 +110,15 @@ def drifted_outputs(course: Course, runs: list[Run], capture: Path) -> list[str]
 
 
 def check_chapters(
-    course: Course, chapters: list[int], jobs: int
+    course: Course, chapters: list[int], jobs: int, test_timeout: float = TEST_TIMEOUT_S
 ) -> Iterator[tuple[Manifest, list[str], str]]:
     """Check chapters (each: reference passes its main and tests, every test fails on the
     skeleton, outputs unchanged), with every run of every chapter in one pool of `jobs`
-    workers so the cores stay busy; yields (manifest, problems, summary) in chapter order."""
-    build = course.root / "build" / "steps"
+    workers so the cores stay busy; yields (manifest, problems, summary) in chapter order.
+
+    Tests get the students' per-test limit (or their time_limit mark): a test too slow for a
+    student's run fails here first."""
+    build = course.root / BUILD / "steps"
     with ThreadPoolExecutor(jobs) as pool:
         pending = []
         for k in chapters:
@@ -124,14 +128,13 @@ def check_chapters(
             capture = build / f"{k:02d}-capture"
             tests = [
                 pool.submit(
-                    run_pytest,
-                    f"{m.tests} on {snap.root.name}",
+                    run_chapter_tests,
+                    course,
                     [m.tests],
-                    course.root,
-                    sandbox_env(snap.root, jobs, MINISGL_TREE=str(snap.root)),
-                    snap.root / "results.jsonl",
-                    RUN_TIMEOUT_S,
-                    MAIN_TIMEOUT_S,
+                    snap.root,
+                    jobs,
+                    test_timeout,
+                    label=f"{m.tests} on {snap.root.name}",
                 )
                 for snap in (ref, skel)
             ]

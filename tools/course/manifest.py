@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from course.errors import CourseError
+from course.paths import STUDENT_TREE
 from course.source import functions, stub_of, task_of
 
 if sys.version_info >= (3, 11):
@@ -80,7 +81,7 @@ class Course:
     @property
     def work(self) -> Path:
         """The student's engine tree."""
-        return self.root / "work" / "minisgl"
+        return self.root / STUDENT_TREE
 
     @property
     def stages(self) -> dict[int, list[int]]:
@@ -131,13 +132,6 @@ class Course:
         """The NotImplementedError message of a stub in snapshot k."""
         task = self.task(path, symbol)
         return f"ch{owner:02d}: {task}" if owner == k else f"written in chapter {owner}: {task}"
-
-    def stub_by_message(self, message: str) -> tuple[str, str, int] | None:
-        """(file, symbol, chapter) of the stub whose NotImplementedError says `message`."""
-        for (path, symbol), owner in self.stub_owner.items():
-            if self.message(path, symbol, owner, owner) == message:
-                return path, symbol, owner
-        return None
 
     def inconsistencies(self) -> list[str]:
         """Everything inconsistent in the manifests, in words."""

@@ -6,14 +6,19 @@ solution.py and test.py, whose `test_example*` functions are the samples shown t
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from course.errors import CourseError
+from course.manifest import Course
+from course.paths import PYTHON, ROOT
+from course.source import definitions, derive_starter, functions, stub_raise
 
 DIFFICULTIES = ("easy", "medium", "hard")
 ENVS = ("browser", "torch", "cuda")  # browser: standard library only (runs in Pyodide too)
+TIMEOUTS = {"browser": 20, "torch": 120, "cuda": 300}  # seconds for a whole test run
 FRONT_MATTER_KEYS = ("number", "title", "chapter", "difficulty", "env")
 PROBLEM_FILES = ("problem.md", "starter.py", "solution.py", "test.py")
 SAMPLE_PREFIX = "test_example"
@@ -172,6 +177,35 @@ def find_problem(problems: list[Problem], key: str) -> Problem:
     for problem in problems:
         if key in (str(problem.number), problem.slug):
             return problem
-    raise ProblemError(
-        f"no problem {key!r}: `.venv/bin/python practice/judge.py list` shows them all"
-    )
+    raise ProblemError(f"no problem {key!r}: `{PYTHON} practice/judge.py list` shows them all")
+
+
+def course_problems(root: Path = ROOT) -> list[Problem]:
+    """Every problem of the course at `root` (its practice/problems/), checked against the
+    chapters of its manifests."""
+    return load_problems(root / "practice" / "problems", set(Course.load(root).chapters))
+
+
+def derived_starter(problem: Problem) -> str:
+    """The starter.py that solution.py implies. The committed starter says only which functions
+    are stubs (with the task each `raise NotImplementedError` states) and which helpers of the
+    solution it leaves out; every other line comes from the solution, so the two cannot drift
+    (`judge.py sync` rewrites it, `sync --check` names a stale one)."""
+    solution = (problem.path / "solution.py").read_text("utf-8")
+    starter = (problem.path / "starter.py").read_text("utf-8")
+    try:
+        stubs = {
+            name: task
+            for name, nodes in functions(ast.parse(starter)).items()
+            if (task := stub_raise(nodes[0])) is not None
+        }
+        given, defined = definitions(ast.parse(starter)), definitions(ast.parse(solution))
+        extra = sorted(set(given) - set(defined))
+        if extra:  # sync would drop them: everything a starter gives comes from the solution
+            raise CourseError(f"it defines {', '.join(extra)}, which solution.py does not")
+        omitted = set(defined) - set(given)
+        # a left-out class takes its methods with it
+        omit = {n for n in omitted if not any(n.startswith(f"{o}.") for o in omitted)}
+        return derive_starter(solution, stubs, omit)
+    except (SyntaxError, CourseError) as error:
+        raise ProblemError(f"{problem.slug}: cannot derive starter.py: {error}") from None

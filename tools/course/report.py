@@ -30,7 +30,6 @@ from course.source import find_definition, functions, is_unwritten, symbol_at
 MESSAGE_LINES = 12  # of the first failure's assertion
 HINT_LINES = 8  # of the stub's docstring
 CASE_LINES = 8  # failing tests listed by name; with the two above a report stays within 40 lines
-PYTHON = ".venv/bin/python"  # how printed commands run the tools (the project's interpreter)
 
 
 def make_console() -> Console:

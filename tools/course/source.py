@@ -166,3 +166,92 @@ def symbol_at(text: str, line: int) -> str | None:
             if start <= line <= (node.end_lineno or start) and (best is None or start > best[0]):
                 best = (start, qualname)
     return best[1] if best else None
+
+
+def stub_raise(node: FunctionNode) -> str | None:
+    """The task of a practice stub: the message of the `raise NotImplementedError("...")` that
+    opens its body (after the docstring), or None when the body is written code."""
+    body = node.body[1:] if has_docstring(node) else node.body
+    first = body[0] if body else None
+    if not isinstance(first, ast.Raise) or not isinstance(first.exc, ast.Call):
+        return None
+    call = first.exc
+    if not (isinstance(call.func, ast.Name) and call.func.id == "NotImplementedError"):
+        return None
+    task = call.args[0] if call.args else None
+    return task.value if isinstance(task, ast.Constant) and isinstance(task.value, str) else None
+
+
+def definitions(tree: ast.Module) -> dict[str, ast.stmt]:
+    """Top-level functions, classes and simply named constants, and the methods of classes,
+    by qualified name (the first definition of a name wins)."""
+    found: dict[str, ast.stmt] = {}
+
+    def visit(body: list[ast.stmt], prefix: str) -> None:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                found.setdefault(prefix + node.name, node)
+                if isinstance(node, ast.ClassDef):
+                    visit(node.body, f"{prefix}{node.name}.")
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)) and not prefix:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if isinstance(target, ast.Name):
+                        found.setdefault(target.id, node)
+
+    visit(tree.body, "")
+    return found
+
+
+def derive_starter(solution: str, stubs: dict[str, str], omit: set[str]) -> str:
+    """A practice starter: the solution with each function of `stubs` reduced to its head and
+    `raise NotImplementedError(<task>)`, and the definitions of `omit` (helpers the student
+    designs alone) left out; every other line is the solution's."""
+    lines = solution.splitlines(keepends=True)
+    tree = ast.parse(solution)
+    found = definitions(tree)
+    unknown = sorted((set(stubs) | omit) - set(found))
+    if unknown:
+        raise CourseError(f"the solution defines no {', '.join(unknown)}")
+    edits: list[tuple[int, int, list[str | None]]] = []
+    for name, task in stubs.items():
+        node = found[name]
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            raise CourseError(f"{name} is a stub, but the solution's {name} is not a function")
+        edits.append((first_line(node), node.end_lineno or node.lineno, stub_of(lines, node, task)))
+    for name in omit:
+        node = found[name]
+        start = min([d.lineno for d in getattr(node, "decorator_list", [])] + [node.lineno])
+        end = node.end_lineno or node.lineno
+        edits.append((start, end, [None] * (end - start + 1)))  # None: a line taken out
+    marked: list[str | None] = list(lines)
+    for start, end, new in sorted(edits, reverse=True):
+        marked[start - 1 : end] = new
+    return "".join(close_gaps(marked))
+
+
+def close_gaps(lines: list[str | None]) -> list[str]:
+    """The lines without those taken out (None). Where lines were taken out, the blank lines
+    left around them become the longest run of them (what the formatter put between two
+    definitions there), or none at the start or the end of the file."""
+    out: list[str] = []
+    gap: list[str | None] = []  # blank and taken-out lines since the last line kept
+    for line in lines:
+        if line is None or not line.strip():
+            gap.append(line)
+            continue
+        out += blank_lines(gap, edge=not out)
+        out.append(line)
+        gap = []
+    return out + blank_lines(gap, edge=True)
+
+
+def blank_lines(gap: list[str | None], edge: bool) -> list[str]:
+    """What replaces a gap of blank (str) and taken-out (None) lines; see close_gaps."""
+    kept = [line for line in gap if line is not None]
+    if len(kept) == len(gap):
+        return kept  # nothing taken out here: the blank lines stay as they are
+    if edge:
+        return []
+    runs = "".join("b" if line is not None else " " for line in gap).split()
+    return ["\n"] * max(map(len, runs), default=0)

@@ -1,35 +1,8 @@
 """Tests of problem 82: Allocate the pages of a batch."""
 
-# --- the course repository and its models: this file runs from a temporary folder ----------
 import os
-import sys
 from pathlib import Path
 
-import pytest
-
-
-def _course_root() -> Path:
-    """The repository that holds solutions/minisgl and models/: PRACTICE_REPO (set by the
-    judge), else the folder above the venv, the working directory or one of their parents."""
-    starts = [os.environ.get("PRACTICE_REPO"), Path(sys.prefix).parent, Path.cwd()]
-    for start in starts:
-        if not start:
-            continue
-        for path in (Path(start), *Path(start).resolve().parents):
-            if (path / "solutions" / "minisgl").is_dir():
-                return path
-    raise RuntimeError("cannot find the course repository: set PRACTICE_REPO to its path")
-
-
-ROOT = _course_root()
-try:
-    import minisgl  # noqa: F401  (installed with `pip install -e .`)
-except ImportError:
-    sys.path.insert(0, str(ROOT / "solutions"))
-MODEL = Path(os.environ.get("PRACTICE_MODELS") or ROOT / "models") / "tiny-qwen3"
-if not (MODEL / "config.json").is_file():
-    pytest.fail(f"{MODEL} is missing: run `.venv/bin/python tools/provision.py`", pytrace=False)
-# -------------------------------------------------------------------------------------------
 
 import torch
 
@@ -38,6 +11,8 @@ from minisgl.kvcache import NaivePrefixCache
 from minisgl.scheduler import Scheduler, SchedulerConfig
 from minisgl.scheduler.cache import CacheManager
 from submission import allocate_paged
+
+MODEL = Path(os.environ["PRACTICE_MODELS"]) / "tiny-qwen3"  # models/: the judge sets it
 
 CPU = torch.device("cpu")
 

@@ -13,4 +13,3 @@ from minisgl.core import Batch, Context
 def forward_batch(ctx: Context, batch: Batch) -> Iterator[Batch]:
     """Make `ctx` the active context and `batch` its current batch, for one forward."""
     raise NotImplementedError("activate ctx for the block, refuse nesting, always reset")
-    yield batch  # (a generator function: keep a yield)

@@ -7,19 +7,11 @@ from pathlib import Path
 
 import pytest
 
-import minisgl
 import minisgl.core as core
 from minisgl.core import Batch, Context, SamplingParams, get_global_ctx
 from submission import forward_batch
 
-
-def model_dir(name: str) -> Path:
-    default = Path(minisgl.__file__).resolve().parents[2] / "models"  # the repository's
-    root = os.environ.get("PRACTICE_MODELS") or default
-    path = Path(root) / name
-    if not (path / "config.json").is_file():
-        pytest.fail(f"{path} is missing: run `.venv/bin/python tools/provision.py`", pytrace=False)
-    return path
+MODELS = Path(os.environ["PRACTICE_MODELS"])  # the repository's models/: the judge sets it
 
 
 def make_ctx() -> Context:
@@ -101,7 +93,7 @@ def test_the_engine_runs_inside_your_context(monkeypatch):
     from minisgl.llm import LLM
 
     llm = LLM(
-        str(model_dir("tiny-qwen3")),
+        str(MODELS / "tiny-qwen3"),
         num_pages=256,
         max_running_req=2,
         max_seq_len=64,

@@ -1,3 +1,6 @@
+import math
+
+
 def percentile(values: list[float], q: float) -> float:
     """The q-th percentile (0-100) by linear interpolation between ranks; nan if empty."""
     raise NotImplementedError("sort, find rank (n-1)*q/100, interpolate")

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
-import pytest
 import torch
 
-import minisgl
 import minisgl.layers.rotary as rotary
 from minisgl.core import SamplingParams
 from submission import llama3_inv_freq
+
+MODELS = Path(os.environ["PRACTICE_MODELS"])  # the repository's models/: the judge sets it
 
 REFERENCE = rotary.llama3_inv_freq  # the engine's own, kept before any patching
 LLAMA3 = {
@@ -21,15 +20,6 @@ LLAMA3 = {
     "high_freq_factor": 4.0,
     "original_max_position_embeddings": 8192,
 }
-
-
-def model_dir(name: str) -> Path:
-    default = Path(minisgl.__file__).resolve().parents[2] / "models"  # the repository's
-    root = os.environ.get("PRACTICE_MODELS") or default
-    path = Path(root) / name
-    if not (path / "config.json").is_file():
-        pytest.fail(f"{path} is missing: run `.venv/bin/python tools/provision.py`", pytrace=False)
-    return path
 
 
 def check(head_dim: int, base: float, scaling: dict) -> None:
@@ -96,7 +86,7 @@ def test_extra_keys_are_ignored():
 def test_tiny_llama_builds_the_same_rotary_tables(monkeypatch):
     from minisgl.models import ModelConfig
 
-    config = ModelConfig.from_dir(model_dir("tiny-llama"))
+    config = ModelConfig.from_dir(MODELS / "tiny-llama")
     args = (config.head_dim, config.rope_theta, config.max_position_embeddings, config.rope_scaling)
     want = rotary.RotaryEmbedding(*args)
     monkeypatch.setattr(rotary, "llama3_inv_freq", llama3_inv_freq)
@@ -112,7 +102,7 @@ def test_tiny_llama_builds_the_same_rotary_tables(monkeypatch):
 def test_tiny_llama_generates_the_same_tokens(monkeypatch):
     from minisgl.llm import LLM
 
-    path = str(model_dir("tiny-llama"))
+    path = str(MODELS / "tiny-llama")
     kwargs = dict(
         num_pages=512, max_running_req=2, max_seq_len=256, cache_type="naive", show_progress=False
     )

@@ -1,3 +1,6 @@
+import heapq
+
+
 def eviction_order(
     nodes: dict[str, tuple[str | None, int, int, int]], num_tokens: int
 ) -> list[str]:

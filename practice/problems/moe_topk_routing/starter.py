@@ -1,3 +1,6 @@
+import math
+
+
 def route(
     logits: list[list[float]], top_k: int, renormalize: bool
 ) -> list[list[tuple[int, float]]]:

@@ -1,3 +1,6 @@
+import struct
+
+
 def pack_ids(ids: list[int]) -> bytes:
     """Each id as a 4-byte little-endian signed int, in order; ValueError outside int32."""
     raise NotImplementedError("pack the ids as little-endian int32")

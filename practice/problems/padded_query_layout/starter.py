@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 
 def padded_layout(extend_lens: list[int]) -> tuple[list[int], list[int], int]:
     """(query_slots, last_indices, max_extend) for a batch with these extend lengths."""

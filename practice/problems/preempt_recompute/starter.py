@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 from minisgl.core import Req
 from minisgl.scheduler import Scheduler
 from minisgl.scheduler.utils import PendingReq

@@ -1,3 +1,7 @@
+import math
+import re
+
+
 def metrics_text(
     metrics: list[tuple[str, str, str, int | float | bool | None]], prefix: str = "minisgl_"
 ) -> str:

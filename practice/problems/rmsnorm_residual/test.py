@@ -9,19 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-import minisgl
 from minisgl.core import SamplingParams
 from minisgl.layers.norm import RMSNorm
 from submission import forward, forward_residual
 
-
-def model_dir(name: str) -> Path:
-    default = Path(minisgl.__file__).resolve().parents[2] / "models"  # the repository's
-    root = os.environ.get("PRACTICE_MODELS") or default
-    path = Path(root) / name
-    if not (path / "config.json").is_file():
-        pytest.fail(f"{path} is missing: run `.venv/bin/python tools/provision.py`", pytrace=False)
-    return path
+MODELS = Path(os.environ["PRACTICE_MODELS"])  # the repository's models/: the judge sets it
 
 
 def make_norm(weight: list[float] | torch.Tensor, eps: float, dtype=torch.float32) -> RMSNorm:
@@ -112,7 +104,7 @@ def test_the_model_generates_the_same_tokens(monkeypatch):
     from minisgl.llm import LLM
 
     llm = LLM(
-        str(model_dir("tiny-qwen3")),
+        str(MODELS / "tiny-qwen3"),
         num_pages=256,
         max_running_req=2,
         max_seq_len=64,

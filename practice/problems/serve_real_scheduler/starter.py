@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from minisgl.message import ExitMsg  # noqa: F401  (you will need these)
-from minisgl.scheduler.io import SchedulerIO, handle_msg  # noqa: F401
+from minisgl.message import ExitMsg
+from minisgl.scheduler.io import SchedulerIO, handle_msg
 from minisgl.scheduler.scheduler import Scheduler
 
 

@@ -1,3 +1,6 @@
+import json
+
+
 def sse_events(
     header: dict, replies: list[tuple[str, str | None]], usage: dict | None
 ) -> list[str]:
