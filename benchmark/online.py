@@ -10,13 +10,16 @@ Requests arrive as a Poisson process at `--rate` requests per second (`inf`: all
 most `--concurrency` in flight; with `--duration` new requests keep coming until that many
 seconds have passed. Each one streams /v1/completions with `ignore_eos`, so it generates
 exactly `--output-len` tokens (`transformers serve` refuses `ignore_eos`: its requests may stop
-early at EOS, and its token counts come from `usage`). Reported: time to first token (TTFT),
-inter-token latency (ITL, the gaps between streamed pieces) and end-to-end latency, p50 and
-p99, request and token throughput, errors. Each server first answers one short request, timed
-apart: `transformers serve` builds its continuous-batching manager on the first request it
-gets, a one-off that would otherwise land in the first TTFTs. Against a minisgl server it then
-reads /metrics once the server is idle: no request left running, no KV page still in use, and
-the integrity check passed. The client and the metrics are minisgl.benchmark's (chapter 21);
+early at EOS). Tokens are counted from the server's `usage`, not from text: a model whose ids
+the tokenizer cannot decode streams tokens without text. Reported: time to first token (TTFT),
+inter-token latency (ITL, the gaps between streamed pieces, the chunks that carry tokens) and
+end-to-end latency, p50 and p99, request and token throughput, errors (HTTP errors, broken
+streams, streams that end before a finish_reason) and, apart from them, the streams that ended
+normally without any text. Each server first answers one short request, timed apart:
+`transformers serve` builds its continuous-batching manager on the first request it gets, a
+one-off that would otherwise land in the first TTFTs. Against a minisgl server it then reads
+/metrics once the server is idle: no request left running, no KV page still in use, and the
+integrity check passed. The client and the metrics are minisgl.benchmark's (chapter 21);
 this script starts and stops the servers.
 """
 
@@ -45,6 +48,7 @@ IDLE_TIMEOUT_S = 60.0
 def print_summary(name: str, summary: dict[str, float]) -> None:
     print(
         f"{name}: {summary['requests']:.0f} requests, {summary['errors']:.0f} errors, "
+        f"{summary['streams_without_text']:.0f} streams without text, "
         f"{summary['output_tokens']:.0f} output tokens in {summary['seconds']:.1f} s"
     )
     print(

@@ -85,10 +85,11 @@ def test_online_launches_a_server_and_appends_its_figures(tmp_path: Path) -> Non
         str(results),
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "minisgl: 8 requests, 0 errors, 64 output tokens" in done.stdout
+    assert "minisgl: 8 requests, 0 errors, 0 streams without text, 64 output tokens" in done.stdout
     assert "integrity check passed" in done.stdout
     (record,) = read_results(results)
     assert record["benchmark"] == "online" and record["server"] == "minisgl"
+    assert record["errors"] == 0 and record["streams_without_text"] == 0
     assert record["output_tokens"] == 64 and record["pages_in_use_after"] == 0
     assert record["ttft_p50_ms"] <= record["ttft_p99_ms"]
     assert_provenance(record, "benchmark/online.py")

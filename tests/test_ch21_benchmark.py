@@ -1,8 +1,9 @@
 """Chapter 21 tests: the benchmark package. A seeded workload is reproducible, within its bounds
 and the one the committed H200 results were measured on; latencies and percentiles come out of
-synthetic stream timestamps as the trace was built; the timing and the token accounting count
-only what they should; an offline run on tiny-qwen3 does the same work in the engine and in
-transformers; four concurrent streaming clients against a live server get sane figures."""
+synthetic stream timestamps as the trace was built; a stream without text counts its tokens
+and is no error; the timing and the token accounting count only what they should; an offline
+run on tiny-qwen3 does the same work in the engine and in transformers; four concurrent
+streaming clients against a live server get sane figures."""
 
 from __future__ import annotations
 
@@ -84,8 +85,11 @@ def test_the_official_workload_is_the_one_the_committed_results_measured() -> No
 # --- latency metrics from stream timestamps -------------------------------------------------
 
 
-def synthetic_stream(rng: random.Random, pieces: int, tokens_per_piece: int = 1) -> dict:
-    """A stream built from its parts: when it was sent, its TTFT, its gaps and its tail."""
+def synthetic_stream(
+    rng: random.Random, pieces: int, tokens_per_piece: int = 1, text: bool = True
+) -> dict:
+    """A stream built from its parts: when it was sent, its TTFT, its gaps and its tail
+    (`text=False`: its tokens decoded to no text, as ids beyond the tokenizer's do)."""
     sent = rng.uniform(0, 10)
     ttft = rng.uniform(0.05, 0.5)
     gaps = [rng.uniform(0.001, 0.05) for _ in range(pieces - 1)]
@@ -99,6 +103,7 @@ def synthetic_stream(rng: random.Random, pieces: int, tokens_per_piece: int = 1)
         piece_s=times,
         done_s=times[-1] + tail,
         output_tokens=pieces * tokens_per_piece,
+        text_chars=3 * pieces if text else 0,
     )
     return {"result": result, "ttft": ttft, "gaps": gaps, "latency": times[-1] + tail - sent}
 
@@ -147,6 +152,31 @@ def test_summarize_pools_the_gaps_and_counts_only_successful_requests() -> None:
         for q in (50, 90, 99):
             expected = reference_percentile(values, q) * 1e3
             assert summary[f"{name}_p{q}_ms"] == pytest.approx(expected), f"{name}_p{q}_ms"
+
+
+def test_streams_without_text_count_their_tokens_apart_from_the_errors() -> None:
+    rng = random.Random(4)
+    with_text = [synthetic_stream(rng, pieces) for pieces in (2, 5)]
+    silent = synthetic_stream(rng, 4, text=False)  # a chunk per token, every one without text
+    # The server sent no chunk for its tokens, only the closing one: no piece, so no TTFT.
+    unseen = RequestResult(ok=True, sent_s=1.0, done_s=3.5, output_tokens=9)
+    broken = RequestResult(ok=False, error="RemoteProtocolError", sent_s=0.0, done_s=0.0)
+    seconds = 4.0
+    summary = summarize([s["result"] for s in [*with_text, silent]] + [unseen, broken], seconds)
+
+    assert math.isnan(unseen.ttft_s) and unseen.itl_s == []
+    assert summary["requests"] == 5 and summary["errors"] == 1
+    assert summary["streams_without_text"] == 2
+    tokens = sum(s["result"].output_tokens for s in [*with_text, silent]) + 9
+    assert summary["output_tokens"] == tokens
+    assert summary["token_throughput"] == pytest.approx(tokens / seconds)
+    assert summary["request_throughput"] == pytest.approx(4 / seconds)
+    ttfts = [s["ttft"] for s in [*with_text, silent]]
+    latencies = [s["latency"] for s in [*with_text, silent]] + [2.5]
+    for q in (50, 90, 99):
+        assert summary[f"ttft_p{q}_ms"] == pytest.approx(reference_percentile(ttfts, q) * 1e3)
+        expected = reference_percentile(latencies, q) * 1e3
+        assert summary[f"latency_p{q}_ms"] == pytest.approx(expected)
 
 
 # --- offline accounting ---------------------------------------------------------------------

@@ -1,9 +1,10 @@
 """The online client: concurrent streaming requests to an OpenAI-compatible server.
 
-Each request streams /v1/completions and records when it was sent, when each piece of text
-arrived and when the stream ended (`RequestResult`); `metrics.summarize` turns the records of a
-run into latencies and throughput. Requests arrive as a Poisson process at `rate` per second
-(`inf`: all at once), at most `concurrency` in flight.
+Each request streams /v1/completions and records when it was sent, when each piece of its
+stream arrived (a chunk that carries tokens, `token_piece`) and when the stream ended
+(`RequestResult`); `metrics.summarize` turns the records of a run into latencies and throughput.
+Requests arrive as a Poisson process at `rate` per second (`inf`: all at once), at most
+`concurrency` in flight.
 """
 
 from __future__ import annotations
@@ -31,10 +32,33 @@ def make_prompt(rng: random.Random, words: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(words))
 
 
+def token_piece(choice: dict[str, Any]) -> bool:
+    """Whether a streamed completion choice carries tokens.
+
+    In the OpenAI protocol a streamed completion sends a choice for generated output; the usage
+    chunk has no choice at all. A choice's text may be empty and still carry a token: the token
+    decodes to nothing (an id beyond the tokenizer's vocabulary) or its bytes wait for the rest
+    of a character. The one empty choice that carries none is the closing one some servers send
+    with only a finish_reason (transformers serve; OpenAI's chat API): it marks the end.
+    """
+    return bool(choice.get("text")) or choice.get("finish_reason") is None
+
+
+def server_error(error: Any) -> str:
+    """The message of an error event sent mid-stream: OpenAI's {"message": ...} or a string."""
+    return str(error.get("message", error)) if isinstance(error, dict) else str(error)
+
+
 async def one_request(
     http: httpx.AsyncClient, model: str, prompt: str, output_len: int, extra: dict[str, Any]
 ) -> RequestResult:
-    """Stream one completion, noting the time of every piece of text."""
+    """Stream one completion, noting when each piece (a chunk that carries tokens) arrived.
+
+    The token count is the server's `usage` (asked for with stream_options.include_usage);
+    from a server that sends none, one token per piece. The request succeeds when its stream
+    ends after a finish_reason, with or without text; an HTTP error, a broken stream, an error
+    event or a stream that ends before its finish_reason is an error.
+    """
     body = {
         "model": model,
         "prompt": prompt,
@@ -45,26 +69,39 @@ async def one_request(
         **extra,
     }
     result = RequestResult(sent_s=time.perf_counter())
+    finish_reason: str | None = None
+    usage_tokens: int | None = None
     try:
         async with http.stream("POST", "/v1/completions", json=body) as response:
             if response.status_code != 200:
                 result.error = f"HTTP {response.status_code}: {(await response.aread())[:200]!r}"
                 return result
             async for line in response.aiter_lines():
+                arrived_s = time.perf_counter()
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
                 chunk = json.loads(line[len("data: ") :])
+                if "error" in chunk:
+                    result.error = f"the server sent an error: {server_error(chunk['error'])}"
+                    return result
                 if chunk.get("usage"):
-                    result.output_tokens = chunk["usage"]["completion_tokens"]
-                if chunk["choices"] and chunk["choices"][0].get("text"):
-                    result.piece_s.append(time.perf_counter())
+                    usage_tokens = chunk["usage"]["completion_tokens"]
+                for choice in chunk["choices"]:
+                    if token_piece(choice):
+                        result.piece_s.append(arrived_s)
+                    result.text_chars += len(choice.get("text") or "")
+                    finish_reason = choice.get("finish_reason") or finish_reason
     except (httpx.HTTPError, json.JSONDecodeError, KeyError) as error:
         result.error = f"{type(error).__name__}: {error}"
         return result
     result.done_s = time.perf_counter()
-    result.ok = bool(result.piece_s)
-    if not result.ok:
-        result.error = "the stream ended without any text"
+    if finish_reason is None:
+        result.error = (
+            f"the stream ended without a finish_reason, after {len(result.piece_s)} pieces"
+        )
+        return result
+    result.output_tokens = len(result.piece_s) if usage_tokens is None else usage_tokens
+    result.ok = True
     return result
 
 

@@ -1,10 +1,10 @@
 """Latency and throughput from the timestamps a streaming client records.
 
-For each request the client notes when it sent it, when each piece of text arrived and when the
-stream ended. Everything a user feels comes from those times: the time to first token (TTFT),
-the inter-token latency (ITL, the gaps between pieces) and the end-to-end latency; a server's
-capacity is the throughput of the whole run. Tails matter more than means, so each is reported
-as percentiles.
+For each request the client notes when it sent it, when each piece of its stream arrived (a
+chunk that carries tokens, whatever its text) and when the stream ended. Everything a user feels
+comes from those times: the time to first token (TTFT), the inter-token latency (ITL, the gaps
+between pieces) and the end-to-end latency; a server's capacity is the throughput of the whole
+run. Tails matter more than means, so each is reported as percentiles.
 """
 
 from __future__ import annotations
@@ -32,22 +32,32 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 @dataclass
 class RequestResult:
-    """One streamed request as its client saw it (times in seconds of time.perf_counter)."""
+    """One streamed request as its client saw it (times in seconds of time.perf_counter).
+
+    `ok`: the stream ended normally, after a finish_reason; otherwise `error` says what broke.
+    A stream can end normally without any text, when its tokens decode to nothing (ids beyond
+    the tokenizer's vocabulary): that is `text_chars == 0`, not an error.
+    """
 
     ok: bool = False
     error: str = ""
     sent_s: float = 0.0  # the request left the client
-    piece_s: list[float] = field(default_factory=list)  # each non-empty piece of text arrived
+    piece_s: list[float] = field(default_factory=list)  # each chunk that carries tokens arrived
     done_s: float = 0.0  # the stream ended
     output_tokens: int = 0  # the server's count (`usage`): a piece may hold several tokens
+    text_chars: int = 0  # characters of text in the whole stream
 
     @property
     def ttft_s(self) -> float:
-        """Time to first token: from sending the request to the first piece of text.
+        """Time to first token: from sending the request to its first piece.
 
         Measured from `sent_s`, not from when the response's headers came back: the user waits
-        from the click. The first piece, not the first chunk: a chunk may carry no text.
+        from the click. The first piece, not the first chunk: a chunk may carry no token. A
+        stream without pieces (its server sent no chunk for tokens without text) gives nan: the
+        client cannot tell when its first token came, and the end of the stream is not it.
         """
+        if not self.piece_s:
+            return math.nan
         return self.piece_s[0] - self.sent_s
 
     @property
@@ -71,25 +81,29 @@ def summarize(results: Sequence[RequestResult], seconds: float) -> dict[str, flo
     """The run's figures: counts, throughput over its wall time, latency percentiles in ms.
 
     Only requests that succeeded count toward tokens and latencies; the others are `errors`.
-    Output tokens are the server's counts (`output_tokens`), not the number of pieces. The
-    throughputs divide by `seconds`, the wall time of the whole run (first request sent to
-    last stream ended), not by the sum of request latencies (concurrent requests overlap).
-    ITL pools the gaps of every request, so a long request weighs as much as its gaps.
-    Keys: requests, errors, seconds, output_tokens, request_throughput, token_throughput,
-    and for q in PERCENTILES ttft_p{q}_ms, itl_p{q}_ms, latency_p{q}_ms.
+    A stream that succeeded without any text is no error: its tokens and latency count, and
+    `streams_without_text` counts it apart. Output tokens are the server's counts
+    (`output_tokens`), not the number of pieces. The throughputs divide by `seconds`, the wall
+    time of the whole run (first request sent to last stream ended), not by the sum of request
+    latencies (concurrent requests overlap). TTFT comes only from the streams that have a
+    piece. ITL pools the gaps of every request, so a long request weighs as much as its
+    gaps. Keys: requests, errors, streams_without_text, seconds, output_tokens,
+    request_throughput, token_throughput, and for q in PERCENTILES ttft_p{q}_ms, itl_p{q}_ms,
+    latency_p{q}_ms.
     """
     good = [r for r in results if r.ok]
     tokens = sum(r.output_tokens for r in good)
     summary = {
         "requests": len(results),
         "errors": len(results) - len(good),
+        "streams_without_text": sum(1 for r in good if r.text_chars == 0),
         "seconds": seconds,
         "output_tokens": tokens,
         "request_throughput": len(good) / seconds,
         "token_throughput": tokens / seconds,
     }
     samples = {
-        "ttft": [r.ttft_s for r in good],
+        "ttft": [r.ttft_s for r in good if r.piece_s],
         "itl": [gap for r in good for gap in r.itl_s],
         "latency": [r.latency_s for r in good],
     }
