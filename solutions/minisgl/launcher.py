@@ -50,9 +50,12 @@ class ProcessDiedError(MinisglError):
 
 def describe_exit(returncode: int) -> str:
     """'killed by SIGKILL' or 'exited with status 1'."""
-    if returncode < 0:
+    if returncode >= 0:
+        return f"exited with status {returncode}"
+    try:
         return f"killed by {signal.Signals(-returncode).name}"
-    return f"exited with status {returncode}"
+    except ValueError:  # a real-time signal has no name
+        return f"killed by signal {-returncode}"
 
 
 @dataclass(frozen=True)
@@ -96,9 +99,9 @@ class Launcher:
         # process that has used it (a tensor-parallel LLM's rank 0 is the user's process).
         # Forking a process that runs threads (our own stderr readers, the user's) copies
         # locks they may hold, and the child can hang on them. And multiprocessing's "spawn"
-        # would import the user's script again in the child, which starts the ranks again
-        # unless the script guards its code with `if __name__ == "__main__"`. A fresh
-        # interpreter that imports only minisgl costs a second or two of imports per child.
+        # would run the user's script again in each child, starting the ranks again, unless
+        # the script guards its code with `if __name__ == "__main__"`. The price of a fresh
+        # interpreter: each child imports torch (and transformers) itself, a few seconds.
         package_root = str(Path(minisgl.__file__).resolve().parent.parent)
         path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
         process = subprocess.Popen(
@@ -217,9 +220,11 @@ class Launcher:
             kept += len(chunk)
             while kept - len(tail[0]) >= STDERR_TAIL_BYTES:
                 kept -= len(tail.popleft())
-            if sys.stderr is not None:
+            try:
                 sys.stderr.write(decoder.decode(chunk))
                 sys.stderr.flush()
+            except (AttributeError, OSError, ValueError):  # no stderr here: keep draining
+                pass
         process.stderr.close()
 
     def _stderr_tail(self, name: str) -> str:

@@ -25,7 +25,6 @@ from minisgl.tokenizer import run_tokenizer_worker
 from minisgl.utils import MinisglError
 
 STARTUP_TIMEOUT_S = 300.0  # loading a large model on a slow disk takes a while
-EXIT_TIMEOUT_S = 5.0
 GRACEFUL_SHUTDOWN_S = 2.0  # open streams get this long before uvicorn closes them
 
 
@@ -96,7 +95,7 @@ def stop_backend(launcher: Launcher, addresses: Addresses) -> None:
             sender = PushQueue(address)
             sender.put(ExitMsg())
             sender.close()
-    launcher.stop(EXIT_TIMEOUT_S)
+    launcher.stop()
 
 
 def run_api_server(args: ServerArgs, addresses: Addresses) -> None:
