@@ -85,14 +85,14 @@ def start_server(
     *extra: str,
     api_key: str | None = None,
     env: dict[str, str] | None = None,
+    entry: tuple[str, ...] = ("-m", "minisgl"),
 ) -> LiveServer:
-    """Launch `python -m minisgl` and wait until /health answers. Pass TMPDIR in `env` to
-    see where its socket directory goes."""
+    """Launch `python -m minisgl` (or `python *entry`) and wait until /health answers. Pass
+    TMPDIR in `env` to see where its socket directory goes."""
     port = free_port()
     cmd = [
         sys.executable,
-        "-m",
-        "minisgl",
+        *entry,
         "--model",
         str(model_dir),
         "--port",

@@ -1,12 +1,14 @@
 """The server's behaviour beyond the chapter-15 stubs, on one live server with --api-key:
 authentication, errors in OpenAI's shape for every kind of bad request (and the server keeps
 serving), 32 concurrent streams, clients that disconnect mid-stream (no page is left behind),
-and SIGTERM (no child process and no socket file survive). The SIGTERM test runs last."""
+and SIGTERM or Ctrl-C (no child process and no socket file survive). The SIGTERM test runs
+last; the Ctrl-C test has a server of its own."""
 
 from __future__ import annotations
 
 import asyncio
 import shutil
+import signal
 import tempfile
 import time
 from collections.abc import Iterator
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import SMOLLM2, require_model
+from conftest import SMOLLM2, TINY_MODELS, require_model
 from server_fixture import LiveServer, children_of, start_server
 
 API_KEY = "test-key"
@@ -223,13 +225,12 @@ def test_a_non_streaming_client_that_leaves_is_aborted_too(server: LiveServer) -
 # --- shutdown (last: it stops the module's server) -----------------------------------------
 
 
-def test_sigterm_stops_every_process_and_removes_the_sockets(
-    server: LiveServer, socket_tmpdir: Path
-) -> None:
+def stops_cleanly(server: LiveServer, socket_tmpdir: Path, sig: signal.Signals) -> None:
+    """Signal the server: it exits with status 0, no child survives and no socket is left."""
     children = children_of(server.process.pid)
     assert len(children) >= 2  # the scheduler and the tokenizer worker at least
     assert list(socket_tmpdir.glob("minisgl-*/*.sock"))
-    assert server.stop() == 0
+    assert server.stop(sig) == 0
     deadline = time.monotonic() + 10
     while any(Path(f"/proc/{pid}").exists() for pid in children) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -241,3 +242,19 @@ def test_sigterm_stops_every_process_and_removes_the_sockets(
     ]
     assert alive == []
     assert list(socket_tmpdir.glob("minisgl-*")) == []
+
+
+def test_ctrl_c_stops_every_process_and_removes_the_sockets(tmp_path: Path) -> None:
+    model = require_model(TINY_MODELS["qwen3"])
+    server = start_server(model, tmp_path / "server.log", env={"TMPDIR": str(tmp_path)})
+    try:
+        stops_cleanly(server, tmp_path, signal.SIGINT)
+    finally:
+        if server.process.poll() is None:
+            server.process.kill()
+
+
+def test_sigterm_stops_every_process_and_removes_the_sockets(
+    server: LiveServer, socket_tmpdir: Path
+) -> None:
+    stops_cleanly(server, socket_tmpdir, signal.SIGTERM)

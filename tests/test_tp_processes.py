@@ -1,7 +1,8 @@
 """Tensor parallelism across real processes (chapter 16), beyond the chapter's own tests: a
 server with `--tp 2` answers through the OpenAI client as the one-process engine does, and a
-rank killed mid-generation takes the whole group down with an error that names it, for the
-offline `LLM` and for the server."""
+rank that dies mid-generation, killed or failing with an error, takes the whole group down
+within a bound, with the launcher's one error naming it (and quoting its stderr), for the
+offline `LLM` and for the server alike; no child process is left behind."""
 
 from __future__ import annotations
 
@@ -11,13 +12,16 @@ import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from conftest import SMOLLM2, TINY_MODELS, require_model
+from faulty_rank import FAULT, run_scheduler_failing_on_rank_1
 from server_fixture import children_of, start_server
 
+import minisgl.llm.tp
 from minisgl.core import SamplingParams
-from minisgl.distributed import RankDiedError
 from minisgl.engine import Engine, EngineConfig
+from minisgl.launcher import ProcessDiedError
 from minisgl.llm import LLM
 from minisgl.server.args import parse_args
 from minisgl.utils import ConfigError
@@ -25,6 +29,10 @@ from minisgl.utils import ConfigError
 pytestmark = pytest.mark.slow
 GROUP_END_S = 30.0  # a dead rank must end the whole group within this
 PROMPT = "The capital of France is"
+TESTS = Path(__file__).resolve().parent
+# The launcher's error for a rank that raised: its first line, then the end of its traceback.
+FAILED_RANK = "the scheduler rank 1 process exited with status 1 (the others were stopped); "
+FAILED_RANK += "its last lines on stderr:"
 
 
 def alive(pid: int) -> bool:
@@ -56,13 +64,13 @@ def test_tp_size_without_rank_processes_is_a_clear_error() -> None:
 def test_llm_rank_killed_mid_generation_ends_the_group_with_a_clear_error() -> None:
     llm = LLM(str(require_model(TINY_MODELS["qwen3"])), tp_size=2, show_progress=False)
     scheduler = llm.scheduler
-    rank1 = scheduler.ranks.processes[1]
+    rank1 = scheduler.ranks.processes["scheduler rank 1"]
     scheduler.add_request(llm.tokenizer.encode(PROMPT), SamplingParams(max_tokens=200))
     for _ in range(3):  # generating: prefill and the first decode steps
         scheduler.step()
     rank1.send_signal(signal.SIGKILL)
     start = time.monotonic()
-    with pytest.raises(RankDiedError, match="rank 1 killed by SIGKILL"):
+    with pytest.raises(ProcessDiedError, match="the scheduler rank 1 process killed by SIGKILL"):
         while scheduler.has_work:
             scheduler.step()
     assert time.monotonic() - start < GROUP_END_S
@@ -110,5 +118,47 @@ def test_server_tp2_answers_like_one_rank_and_stops_when_a_rank_dies(tp_server_l
             server.process.kill()
     log = tp_server_log.read_text()
     assert status != 0
-    assert "the scheduler rank 1 process killed by SIGKILL; the server stopped" in log
+    assert "error: the scheduler rank 1 process killed by SIGKILL (the others were stopped)" in log
     assert not [pid for pid in schedulers if alive(pid)]
+
+
+def test_a_rank_that_fails_ends_the_llm_and_the_server_with_the_same_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = require_model(TINY_MODELS["qwen3"])
+    monkeypatch.setattr(minisgl.llm.tp, "run_scheduler", run_scheduler_failing_on_rank_1)
+    llm = LLM(str(model), tp_size=2, show_progress=False)
+    ranks = list(llm.scheduler.ranks.processes.values())
+    start = time.monotonic()
+    with pytest.raises(ProcessDiedError) as failure:
+        llm.generate(PROMPT, SamplingParams(max_tokens=50))
+    assert time.monotonic() - start < GROUP_END_S
+    llm.shutdown()
+    llm_error = str(failure.value)
+    assert not [p.pid for p in ranks if alive(p.pid)]
+
+    log = tmp_path / "server.log"
+    path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
+    entry = ("-c", "import faulty_rank; faulty_rank.serve()")
+    server = start_server(model, log, "--tp", "2", env={"PYTHONPATH": path}, entry=entry)
+    try:
+        children = children_of(server.process.pid)
+        request = {"model": server.model, "prompt": PROMPT, "max_tokens": 50}
+        start = time.monotonic()
+        try:
+            httpx.post(f"{server.base_url}/v1/completions", json=request, timeout=GROUP_END_S)
+        except httpx.HTTPError:  # the server stopped before it could answer
+            pass
+        status = server.process.wait(GROUP_END_S)
+        assert time.monotonic() - start < GROUP_END_S
+    finally:
+        if server.process.poll() is None:
+            server.process.kill()
+    assert status == 1
+    assert not [pid for pid in children if alive(pid)]
+
+    text = log.read_text()
+    server_error = text[text.index(f"error: {FAILED_RANK}") + len("error: ") :]
+    for error in (llm_error, server_error):
+        assert error.startswith(FAILED_RANK + "\n"), error
+        assert error.rstrip().endswith(f"RuntimeError: {FAULT}"), error

@@ -3,7 +3,9 @@
     with LLM("models/SmolLM2-135M-Instruct", tp_size=2) as llm: ...
 
 The user's process is rank 0: it keeps the tokenizer and the Python API, and starts ranks
-1..size-1 as processes that run chapter 14's scheduler loop (`run_scheduler`, with no sockets).
+1..size-1 with a `Launcher`, as processes that run chapter 14's scheduler loop (`run_scheduler`,
+with no sockets). If a rank dies, the launcher stops the others and the step that needed it
+raises the launcher's `ProcessDiedError`.
 Before each step, rank 0 broadcasts the requests added since the last one, exactly as the
 server's rank 0 forwards what its socket received; then every rank runs the same step on its
 shard of the model, and the all-reduces inside the forward keep them together.
@@ -12,34 +14,34 @@ shard of the model, and the all-reduces inside the forward keep them together.
 from __future__ import annotations
 
 import atexit
-import shutil
-import tempfile
 from typing import Callable, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from minisgl.core import SamplingParams
-from minisgl.distributed import RankProcesses, init_tp_group, leave_tp_group
+from minisgl.distributed import init_tp_group, leave_tp_group
+from minisgl.launcher import Launcher
 from minisgl.message import ExitMsg, UserMsg
 from minisgl.scheduler import Scheduler, SchedulerConfig
 from minisgl.scheduler.io import SchedulerIO, run_scheduler
 from minisgl.scheduler.utils import TokenOutput
 
 T = TypeVar("T")
-DEATH_GRACE_S = 5.0  # after a failed collective, how long a dead rank may take to be reaped
+DEATH_GRACE_S = 10.0  # after a failed collective: a rank's exit, and the others stopped
 
 
 class TPScheduler(Scheduler):
     """The Scheduler of rank 0; `close()` stops the other ranks."""
 
     def __init__(self, config: SchedulerConfig) -> None:
-        self.directory = tempfile.mkdtemp(prefix="minisgl-tp-")
-        init_method = f"file://{self.directory}/dist_init"
+        self.ranks = Launcher(prefix="minisgl-tp-")
+        init_method = f"file://{self.ranks.directory}/dist_init"
         size = config.tp_size
-        self.ranks = RankProcesses(
-            run_scheduler, {r: (config, None, None, init_method, r, size) for r in range(1, size)}
-        )
+        for rank in range(1, size):
+            self.ranks.start(
+                f"scheduler rank {rank}", run_scheduler, config, None, None, init_method, rank, size
+            )
         self.io: SchedulerIO | None = None
         self.outgoing: list[UserMsg] = []  # added since the last step, not yet broadcast
         atexit.register(self.close)  # an LLM never shut down still stops its ranks cleanly
@@ -76,13 +78,14 @@ class TPScheduler(Scheduler):
             return fn(*args)
         except RuntimeError:
             self.io = None  # the group is broken: close() must not broadcast on it
-            self.ranks.raise_if_dead(grace_s=DEATH_GRACE_S)
+            self.ranks.check(grace_s=DEATH_GRACE_S)
             raise
 
     def close(self) -> None:
         """Tell the other ranks to exit and leave the group with them; wait for them (killing
         stragglers). If a rank is already gone, stop the rest first, then leave."""
         atexit.unregister(self.close)
+        self.ranks.begin_stop()  # the ranks' exits are expected from here on
         group_intact = self.io is not None
         if self.io is not None:
             try:
@@ -100,4 +103,3 @@ class TPScheduler(Scheduler):
         else:
             self.ranks.stop()
             leave_tp_group()
-        shutil.rmtree(self.directory, ignore_errors=True)

@@ -102,7 +102,7 @@ def run_scheduler(
 ) -> None:
     """A scheduler process's main: join the ranks' gloo group, build the engine, serve.
 
-    `ready` (a multiprocessing connection, or None) is sent the rank once the model is loaded.
+    `ready` (the launcher's `ReadySignal`, or None) is sent the rank once the model is loaded.
     """
     if world_size > 1:  # tensor parallel: the group carries the model's collectives too
         from minisgl.distributed import init_tp_group

@@ -7,14 +7,12 @@ return their input.
 """
 
 from .comm import all_gather, all_reduce, min_over_ranks
-from .group import RankDiedError, RankProcesses, init_tp_group, leave_tp_group
+from .group import init_tp_group, leave_tp_group
 from .info import TPInfo, get_tp_info, set_tp_info
 from .shard import HeadShard, head_shard, split_range, vocab_block
 
 __all__ = [
     "HeadShard",
-    "RankDiedError",
-    "RankProcesses",
     "TPInfo",
     "all_gather",
     "all_reduce",
