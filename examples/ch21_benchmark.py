@@ -95,7 +95,7 @@ if os.environ.get("MINISGL_CAPTURE_DIR"):  # the page's figure: the H200 rows
         "unit": "output tok/s",
         "bars": [
             {
-                "label": f"{r['variant']} (run {r['run'].split(',')[0]})",
+                "label": f"{r['variant']} ({r['date'][:16].replace('T', ' ')})",
                 "value": r["output_tokens"] / r["seconds"],
                 "peer": r["variant"] == "transformers",
             }
@@ -103,9 +103,9 @@ if os.environ.get("MINISGL_CAPTURE_DIR"):  # the page's figure: the H200 rows
         ],
         "caption": (
             "Output tokens per second on the official workload (256 requests, lengths uniform "
-            "in [100, 1024]) on one H200, from benchmark/results/: the engine with everything "
-            "on, with CUDA graphs or overlap scheduling off (run A), and the engine against "
-            "transformers' generate in the same run (run B)."
+            "in [100, 1024]) on one H200, from benchmark/results/, labelled with the time of "
+            "each run: the engine with everything on, with one feature off, and transformers' "
+            "generate in the same run as the engine it is compared with."
         ),
     }
     out = Path(os.environ["MINISGL_CAPTURE_DIR"]) / "ch21_benchmark.h200.json"

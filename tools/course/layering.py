@@ -18,7 +18,7 @@ from course.snapshot import assemble_file
 
 
 def module_path(module: str) -> str:
-    """"minisgl.engine.graph" -> "engine/graph" (the path without .py or /__init__.py)."""
+    """The file path of a module: minisgl.engine.graph -> engine/graph (no .py)."""
     return "/".join(module.split(".")[1:])
 
 
@@ -109,5 +109,7 @@ def later_mentions(course: Course, k: int) -> list[tuple[str, int, str]]:
             if isinstance(node, ast.Name) and node.id in later and node.id not in bound:
                 where = later[node.id]
                 owner = course.file_owner[where]
-                problems.append((path, node.lineno, f"names {node.id} of {where} (chapter {owner})"))
+                problems.append(
+                    (path, node.lineno, f"names {node.id} of {where} (chapter {owner})")
+                )
     return problems

@@ -1,0 +1,79 @@
+"""Snapshot K holds only chapter K's code and what came before (course.layering).
+
+Every snapshot's files are checked for run-time mentions of a later chapter's modules or names.
+What tensor parallelism (chapter 16) still adds to earlier files is listed below as debt: the
+list may only shrink (a mention that is no longer there must leave it too).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from course.layering import later_mentions
+from course.manifest import Course
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# (file, mention) pairs still to move behind an extension point of chapter 16 (issue 20).
+TENSOR_PARALLEL_DEBT = {
+    ("engine/engine.py", "imports minisgl.distributed (chapter 16)"),
+    ("engine/engine.py", "names get_tp_info of distributed/info.py (chapter 16)"),
+    ("engine/engine.py", "names head_shard of distributed/shard.py (chapter 16)"),
+    ("engine/engine.py", "names min_over_ranks of distributed/comm.py (chapter 16)"),
+    ("llm/llm.py", "imports minisgl.llm.tp (chapter 16)"),
+    ("llm/llm.py", "names TPScheduler of llm/tp.py (chapter 16)"),
+    ("models/llama.py", "imports minisgl.distributed (chapter 16)"),
+    ("models/llama.py", "imports minisgl.layers.parallel (chapter 16)"),
+    ("models/llama.py", "imports minisgl.models.parallel (chapter 16)"),
+    ("models/llama.py", "names ParallelLMHead of layers/parallel.py (chapter 16)"),
+    ("models/llama.py", "names VocabParallelEmbedding of layers/parallel.py (chapter 16)"),
+    ("models/llama.py", "names get_tp_info of distributed/info.py (chapter 16)"),
+    ("models/llama.py", "names sharded_attention of models/parallel.py (chapter 16)"),
+    ("models/llama.py", "names sharded_mlp of models/parallel.py (chapter 16)"),
+    ("scheduler/io.py", "imports minisgl.distributed (chapter 16)"),
+    ("scheduler/io.py", "names init_tp_group of distributed/group.py (chapter 16)"),
+}
+
+COURSE = Course.load(ROOT)
+
+
+@pytest.mark.parametrize("k", sorted(COURSE.chapters))
+def test_snapshot_files_mention_no_later_chapter(k: int) -> None:
+    found = later_mentions(COURSE, k)
+    new = [
+        f"{path}:{line}: {what}"
+        for path, line, what in found
+        if (path, what) not in TENSOR_PARALLEL_DEBT
+    ]
+    assert not new, "earlier files reach into later chapters:\n" + "\n".join(new)
+
+
+def test_the_debt_list_holds_only_what_is_still_there() -> None:
+    found = {(path, what) for k in COURSE.chapters for path, _, what in later_mentions(COURSE, k)}
+    assert TENSOR_PARALLEL_DEBT <= found, f"paid off, remove: {TENSOR_PARALLEL_DEBT - found}"
+
+
+def test_the_check_sees_a_lazy_import_a_find_spec_string_and_a_later_name(tmp_path: Path) -> None:
+    """A copy of the course whose chapter 6 engine reaches into chapter 18 three ways."""
+    import shutil
+
+    shutil.copytree(ROOT / "chapters", tmp_path / "chapters")
+    shutil.copytree(ROOT / "solutions", tmp_path / "solutions", symlinks=True)
+    engine = tmp_path / "solutions" / "minisgl" / "engine" / "engine.py"
+    engine.write_text(
+        engine.read_text()
+        + "\n\ndef _leaks() -> None:\n"
+        + "    from minisgl.engine.graph import graph_batch_sizes\n"
+        + "    importlib.util.find_spec('minisgl.attention.fi')\n"
+        + "    GraphRunner\n"
+    )
+    found = {
+        what
+        for path, _, what in later_mentions(Course.load(tmp_path), 6)
+        if path == "engine/engine.py"
+    }
+    assert "imports minisgl.engine.graph (chapter 18)" in found
+    assert "imports minisgl.attention.fi (chapter 17)" in found
+    assert "names GraphRunner of engine/graph.py (chapter 18)" in found
