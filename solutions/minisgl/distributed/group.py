@@ -18,7 +18,7 @@ import torch.distributed as dist
 from minisgl.launcher import Launcher
 
 from .comm import all_reduce, set_tensor_group
-from .info import set_tp_info
+from .info import get_tp_info, set_tp_info
 
 # Ranks wait for rank 0 in a broadcast while the engine is idle, for as long as it is idle.
 IDLE_TIMEOUT = timedelta(days=365)
@@ -48,6 +48,11 @@ def init_tp_group(
             time.sleep(POLL_S)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=IDLE_TIMEOUT)
     set_tp_info(rank, size)
+    # Imported here: the models' layers import this package.
+    from minisgl.models.layout import use_layout
+    from minisgl.models.parallel import RankLayout
+
+    use_layout(RankLayout(get_tp_info()))  # models built from now on hold this rank's slice
     if device.type == "cuda":
         torch.cuda.set_device(rank)
         gpu = torch.device("cuda", rank)
@@ -57,7 +62,10 @@ def init_tp_group(
 
 def leave_tp_group() -> None:
     """Leave the group and become a lone rank again."""
+    from minisgl.models.layout import ModelLayout, use_layout
+
     set_tensor_group(None)
     set_tp_info(0, 1)
+    use_layout(ModelLayout())
     if dist.is_initialized():
         dist.destroy_process_group()

@@ -10,56 +10,25 @@ projections are merged (qkv_proj, gate_up_proj): `WEIGHT_NAME_MAP` says how name
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from minisgl.core import get_global_ctx
-from minisgl.layers import (
-    AttentionLayer,
-    Linear,
-    LMHead,
-    RMSNorm,
-    RotaryEmbedding,
-    VocabEmbedding,
-    silu_and_mul,
-)
+from minisgl.layers import AttentionLayer, RMSNorm, RotaryEmbedding, silu_and_mul
 from minisgl.models.config import ModelConfig
-
-if TYPE_CHECKING:
-    from minisgl.distributed import TPInfo
-
-
-def tensor_parallel() -> TPInfo | None:
-    """This process's rank when the model is split over several processes, else None.
-
-    Chapter 16 runs one process per rank, all in one torch.distributed group; each builds
-    only its slice of the model (the sharded layers of `minisgl.models.parallel`).
-    """
-    if not (dist.is_initialized() and dist.get_world_size() > 1):
-        return None
-    from minisgl.distributed import get_tp_info
-
-    return get_tp_info()
+from minisgl.models.layout import current_layout
 
 
 class LlamaAttention(nn.Module):
     def __init__(self, config: ModelConfig, layer_id: int, rotary: RotaryEmbedding) -> None:
         super().__init__()
-        tp = tensor_parallel()
-        if tp is None:
-            num_heads, num_kv_heads = config.num_heads, config.num_kv_heads
-            q_size = num_heads * config.head_dim
-            kv_size = num_kv_heads * config.head_dim
-            self.qkv_proj = Linear(config.hidden_size, [q_size, kv_size, kv_size], config.qkv_bias)
-            self.o_proj = Linear(q_size, [config.hidden_size], config.o_bias)
-        else:  # this rank's heads: their rows of q, k and v, their columns of o
-            from minisgl.models.parallel import sharded_attention
-
-            heads, self.qkv_proj, self.o_proj = sharded_attention(config, tp)
-            num_heads, num_kv_heads = heads.num_heads, heads.num_kv_heads
+        # The layout says which heads and weights this process holds: all of them, unless the
+        # model is split over several processes (chapter 16).
+        layout = current_layout()
+        num_heads, num_kv_heads = layout.heads(config)
+        self.qkv_proj, self.o_proj = layout.attention_projections(config)
         self.attn = AttentionLayer(
             layer_id,
             num_heads,
@@ -77,15 +46,7 @@ class LlamaAttention(nn.Module):
 class LlamaMLP(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        tp = tensor_parallel()
-        if tp is None:
-            size = config.intermediate_size
-            self.gate_up_proj = Linear(config.hidden_size, [size, size])
-            self.down_proj = Linear(size, [config.hidden_size])
-        else:  # a block of the intermediate dimension: rows of gate and up, columns of down
-            from minisgl.models.parallel import sharded_mlp
-
-            self.gate_up_proj, self.down_proj = sharded_mlp(config, tp)
+        self.gate_up_proj, self.down_proj = current_layout().mlp_projections(config)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """down_proj(SiLU(gate) * up), with gate and up from one merged projection."""
@@ -134,13 +95,7 @@ class LlamaDecoderLayer(nn.Module):
 class LlamaModel(nn.Module):
     def __init__(self, config: ModelConfig, mlp_factory: MlpFactory = create_mlp) -> None:
         super().__init__()
-        tp = tensor_parallel()
-        if tp is None:
-            self.embed_tokens = VocabEmbedding(config.vocab_size, config.hidden_size)
-        else:  # a block of the vocabulary
-            from minisgl.layers.parallel import VocabParallelEmbedding
-
-            self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size, tp)
+        self.embed_tokens = current_layout().embedding(config)
         rotary = RotaryEmbedding(
             config.head_dim, config.rope_theta, config.max_position_embeddings, config.rope_scaling
         )
@@ -177,13 +132,7 @@ class LlamaForCausalLM(nn.Module):
         self.config = config
         self.model = LlamaModel(config, mlp_factory)
         tied_to = self.model.embed_tokens if config.tie_word_embeddings else None
-        tp = tensor_parallel()
-        if tp is None:
-            self.lm_head = LMHead(config.vocab_size, config.hidden_size, tied_to)
-        else:  # the logits of the same vocabulary block as the embedding
-            from minisgl.layers.parallel import ParallelLMHead
-
-            self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size, tp, tied_to)
+        self.lm_head = current_layout().lm_head(config, tied_to)
 
     def forward(self) -> torch.Tensor:
         """Logits [batch size, vocab] for the last token of each request in the batch."""

@@ -195,6 +195,10 @@ class Scheduler:
         self._free_pending_aborts()
         return outputs
 
+    def close(self) -> None:
+        """Release what the scheduler holds beyond its engine: nothing, for one process (a
+        scheduler of several ranks stops the others)."""
+
     def run_when_idle(self) -> None:
         """Nothing runs: every page must be free or cached. A leak is caught here, early."""
         try:

@@ -18,7 +18,12 @@ from transformers import AutoTokenizer
 
 from minisgl.core import SamplingParams
 from minisgl.scheduler import Scheduler, SchedulerConfig
-from minisgl.utils import InvalidRequestError
+from minisgl.utils import ConfigError, InvalidRequestError
+
+
+# The scheduler class for an engine in one process, and (registered by chapter 16's llm/tp.py)
+# for rank 0 of several processes that share the model.
+SCHEDULER_TYPES: dict[str, type[Scheduler]] = {"one process": Scheduler}
 
 
 class LLM:
@@ -28,12 +33,13 @@ class LLM:
         With tp_size=N (chapter 16) this process is rank 0 of N, each a process of its own.
         """
         scheduler_config = SchedulerConfig(model_path, **config)
-        if scheduler_config.tp_size > 1:
-            from minisgl.llm.tp import TPScheduler
-
-            self.scheduler: Scheduler = TPScheduler(scheduler_config)
-        else:
-            self.scheduler = Scheduler(scheduler_config)
+        kind = "one process" if scheduler_config.tp_size == 1 else "several processes"
+        if kind not in SCHEDULER_TYPES:
+            raise ConfigError(
+                f"tp_size={scheduler_config.tp_size} needs a scheduler of several processes "
+                "(tensor parallelism), and none is registered in this tree"
+            )
+        self.scheduler: Scheduler = SCHEDULER_TYPES[kind](scheduler_config)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
 
     def generate(
@@ -58,8 +64,7 @@ class LLM:
             return
         scheduler, self.scheduler = self.scheduler, None  # type: ignore[assignment]
         engine = scheduler.engine
-        if scheduler.config.tp_size > 1:
-            scheduler.close()  # a TPScheduler (chapter 16)
+        scheduler.close()
         del scheduler  # its table rows and caches go too, before the engine frees the memory
         engine.close()
 

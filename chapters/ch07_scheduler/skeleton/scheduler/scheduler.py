@@ -173,6 +173,10 @@ class Scheduler:
         """
         raise NotImplementedError("written in chapter 11: Launch batch N+1, then process batch N while the device computes N+1.")
 
+    def close(self) -> None:
+        """Release what the scheduler holds beyond its engine: nothing, for one process (a
+        scheduler of several ranks stops the others)."""
+
     def run_when_idle(self) -> None:
         """Nothing runs: every page must be free or cached. A leak is caught here, early."""
         try:

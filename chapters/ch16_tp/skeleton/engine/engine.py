@@ -24,6 +24,7 @@ from minisgl.engine.config import EngineConfig
 from minisgl.engine.sample import BatchSamplingArgs, Sampler
 from minisgl.kvcache import MHAKVCache
 from minisgl.models import ModelConfig, create_model, load_weights
+from minisgl.models.layout import current_layout
 from minisgl.utils import (
     ConfigError,
     InvalidRequestError,
@@ -142,22 +143,16 @@ class Engine:
         return 2 * c.num_layers * self.num_kv_heads * c.head_dim * self.dtype.itemsize
 
     def _local_heads(self) -> tuple[int, int]:
-        """(query heads, KV heads) this process computes and caches: all of them, unless the
-        model is split over tensor-parallel ranks (chapter 16), each with its own heads."""
-        c = self.model_config
-        if self.config.tp_size == 1:
-            return c.num_heads, c.num_kv_heads
-        from minisgl.distributed import get_tp_info, head_shard
-
-        tp = get_tp_info()
-        if tp.size != self.config.tp_size:
+        """(query heads, KV heads) this process computes and caches: what the model layout
+        gives it (all of them, unless the model is split over several processes)."""
+        layout = current_layout()
+        if layout.processes != self.config.tp_size:
             raise ConfigError(
                 f"tp_size={self.config.tp_size} needs one process per rank: start the engine "
                 f"with LLM(..., tp_size={self.config.tp_size}) or python -m minisgl --tp "
                 f"{self.config.tp_size}"
             )
-        heads = head_shard(c.num_heads, c.num_kv_heads, tp)
-        return heads.num_heads, heads.num_kv_heads
+        return layout.heads(self.model_config)
 
     def _pages_that_fit(self) -> int:
         """How many KV pages the budget holds (free GPU memory share, or kv_cache_gib on CPU)."""
@@ -167,11 +162,7 @@ class Engine:
         else:
             budget = self.config.kv_cache_gib * 2**30
         pages = max(1, int(budget // (self.kv_bytes_per_token * self.page_size)))
-        if self.config.tp_size == 1:
-            return pages
-        from minisgl.distributed import min_over_ranks
-
-        return min_over_ranks(pages)  # every rank's scheduler must see the same pool
+        return current_layout().agree(pages)  # every process must see the same pool
 
     def check_request_fits(self, prompt_len: int, max_tokens: int) -> None:
         """Raise RequestTooLongError if a request could never be served by this engine.
