@@ -31,6 +31,7 @@ from pathlib import Path
 
 import triton
 
+from minisgl.benchmark import read_results_dir
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.kernels.kv_store import KernelKVCache, store_kv
 from minisgl.kernels.step_inputs import KernelTableManager, prepare_inputs, write_next_tokens
@@ -251,3 +252,32 @@ if CUDA:
         print(f"{what:34s} triton {kernel_ms * 1e3:8.1f} us   torch {torch_ms * 1e3:8.1f} us")
 else:
     print("no CUDA here: the timings need a GPU (tests/test_gpu_kernels.py prints them)")
+
+
+# %% [markdown]
+# ## On an H200: where a decode step goes
+#
+# The committed results of `benchmark/decode_step.py --profile` (run by `benchmark/run_gpu.sh
+# steps`): a Qwen3-0.6B-shaped model in bf16, with this chapter's kernels and CUDA graphs, at
+# batch 1, 64 and 256 with 512-token contexts. "step" is the wall time of one scheduler step,
+# "replay" the device time of the forward's graph; under it, the host time of each part of the
+# step, measured under cProfile (which slows Python: read the parts against each other). The
+# parts nest: scheduling the batch includes preparing it, which includes the attention plan and
+# the sampling arguments; "previous results" includes the wait for the device.
+
+# %%
+results = ROOT / "benchmark" / "results"
+steps = read_results_dir(results, benchmark="decode_step", variant="graphs")
+newest = max(r["date"] for r in steps)
+print(f"$ {steps[-1]['command']}\n  {steps[-1]['machine']}, {newest[:10]}")
+for row in (r for r in steps if r["date"][:16] == newest[:16]):
+    batch = row["batch"]
+    step_ms, replay_ms = row["step_s"] * 1e3, row["forward_s"] * 1e3
+    rate = batch / row["step_s"]
+    print(
+        f"batch {batch:>3}: step {step_ms:.2f} ms, replay {replay_ms:.2f} ms, {rate:,.0f} tokens/s"
+    )
+    parts = read_results_dir(results, benchmark="decode_profile", batch=batch)
+    for part in (p for p in parts if p["date"][:16] == newest[:16]):
+        if part["part"] != "whole step":
+            print(f"    {part['part']:<28}{part['host_ms_per_step']:6.2f} ms of host time")
