@@ -1,8 +1,8 @@
 """Snapshot K holds only chapter K's code and what came before (course.layering).
 
-Every snapshot's files are checked for run-time mentions of a later chapter's modules or names.
-What tensor parallelism (chapter 16) still adds to earlier files is listed below as debt: the
-list may only shrink (a mention that is no longer there must leave it too).
+Every snapshot's files are checked for run-time mentions of a later chapter's modules or names:
+later chapters extend earlier ones through registries and engine extensions, never by editing
+their files (docs/maintainers.md, "Chapters and manifests").
 """
 
 from __future__ import annotations
@@ -16,30 +16,13 @@ from course.manifest import Course
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# (file, mention) pairs still to move behind an extension point of chapter 16 (issue 20): a rank
-# process of the server joins the tensor-parallel group in chapter 14's run_scheduler.
-TENSOR_PARALLEL_DEBT = {
-    ("scheduler/io.py", "imports minisgl.distributed (chapter 16)"),
-    ("scheduler/io.py", "names init_tp_group of distributed/group.py (chapter 16)"),
-}
-
 COURSE = Course.load(ROOT)
 
 
 @pytest.mark.parametrize("k", sorted(COURSE.chapters))
 def test_snapshot_files_mention_no_later_chapter(k: int) -> None:
-    found = later_mentions(COURSE, k)
-    new = [
-        f"{path}:{line}: {what}"
-        for path, line, what in found
-        if (path, what) not in TENSOR_PARALLEL_DEBT
-    ]
-    assert not new, "earlier files reach into later chapters:\n" + "\n".join(new)
-
-
-def test_the_debt_list_holds_only_what_is_still_there() -> None:
-    found = {(path, what) for k in COURSE.chapters for path, _, what in later_mentions(COURSE, k)}
-    assert TENSOR_PARALLEL_DEBT <= found, f"paid off, remove: {TENSOR_PARALLEL_DEBT - found}"
+    found = [f"{path}:{line}: {what}" for path, line, what in later_mentions(COURSE, k)]
+    assert not found, "earlier files reach into later chapters:\n" + "\n".join(found)
 
 
 def test_the_check_sees_a_lazy_import_a_find_spec_string_and_a_later_name(tmp_path: Path) -> None:

@@ -139,8 +139,9 @@ def replace_functions(text: str, new_sources: dict[str, list[str]]) -> str:
 
 
 def filter_init(text: str, path: str, present: set[str]) -> str:
-    """Drop the `from .x import ...` and `from minisgl import x` statements of an __init__.py
-    whose module x is absent (the second kind imports a package that extends this one)."""
+    """Drop the `from .x import ...` and `from minisgl[.pkg] import x` statements of an
+    __init__.py whose module x is absent (the second kind imports a module of another package
+    that extends this one)."""
     package = posixpath.dirname(path)
     lines = text.splitlines(keepends=True)
     for node in reversed(ast.parse(text).body):
@@ -148,8 +149,9 @@ def filter_init(text: str, path: str, present: set[str]) -> str:
             continue
         if node.level == 1 and node.module:
             modules = [posixpath.join(package, *node.module.split("."))]
-        elif node.level == 0 and node.module == "minisgl":
-            modules = [alias.name for alias in node.names]
+        elif node.level == 0 and node.module and node.module.split(".")[0] == "minisgl":
+            parts = node.module.split(".")[1:]
+            modules = ["/".join([*parts, alias.name]) for alias in node.names]
         else:
             continue
         if not any({f"{m}.py", f"{m}/__init__.py"} & present for m in modules):

@@ -12,3 +12,4 @@ from .engine import (
 from .sample import BatchSamplingArgs, Sampler
 from .graph import GraphRunner  # registers CUDA graphs as an engine extension
 from minisgl import kernels  # registers the Triton kernels as an engine extension
+from minisgl.distributed import extension  # registers tensor parallelism as an extension

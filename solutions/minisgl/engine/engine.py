@@ -70,7 +70,8 @@ class EngineExtension:
 
     name: str
     order: int  # extensions run in this order (layers are fused before graphs record them)
-    # Before the KV pool is built: may set engine.kv_pool_type and engine.table_manager_type.
+    # Before the model and the KV pool are built: may set engine.kv_pool_type and
+    # engine.table_manager_type, or prepare the process (join its ranks).
     configure: Callable[[Engine], None] = _unchanged
     # Once the engine is built: may change engine.model's layers or replace engine.runner.
     finish: Callable[[Engine], None] = _unchanged
@@ -93,14 +94,14 @@ class Engine:
         self.dtype = config.resolved_dtype
         self.page_size = config.page_size
         self.model_config = ModelConfig.from_dir(config.model_path)
-        self.num_heads, self.num_kv_heads = self._local_heads()
-        self.model = create_model(self.model_config, self.device, self.dtype)
-        load_weights(self.model, config.model_path, progress=config.show_progress)
         # The classes of the per-device parts; an extension may pick faster ones.
         self.kv_pool_type: type[MHAKVCache] = MHAKVCache
         self.table_manager_type: type[TableManager] = TableManager
         for extension in ENGINE_EXTENSIONS:
             extension.configure(self)
+        self.num_heads, self.num_kv_heads = self._local_heads()
+        self.model = create_model(self.model_config, self.device, self.dtype)
+        load_weights(self.model, config.model_path, progress=config.show_progress)
 
         model_max = self.model_config.max_position_embeddings
         self.max_seq_len = min(config.max_seq_len or model_max, model_max)

@@ -9,7 +9,9 @@ chapter 16 there is one rank, and the broadcast is the identity, but the path is
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from datetime import timedelta
+from typing import Any, Callable
 
 import torch.distributed as dist
 
@@ -91,6 +93,34 @@ def serve(scheduler: Scheduler, io: SchedulerIO) -> None:
     raise NotImplementedError("ch14: The scheduler process's loop: take messages (block only when idle), step, send tokens.")
 
 
+# Ranks wait for rank 0 in a broadcast while the engine is idle, for as long as it is idle.
+IDLE_TIMEOUT = timedelta(days=365)
+POLL_S = 0.1
+
+
+def join_ranks(
+    rank: int,
+    world_size: int,
+    init_method: str,
+    while_waiting: Callable[[], None] | None = None,
+) -> None:
+    """Join the ranks' gloo group, which carries the scheduler's messages.
+
+    The ranks meet in the file of `init_method` ("file://PATH"); each first writes that it is
+    joining. Rank 0 may pass `while_waiting`, called until every rank has written: it can raise
+    when a rank died before it joined, instead of leaving rank 0 waiting at the rendezvous.
+    """
+    store = dist.FileStore(init_method.removeprefix("file://"), world_size)
+    store.set(f"joining/{rank}", "")
+    if while_waiting is not None:
+        while not store.check([f"joining/{r}" for r in range(world_size)]):
+            while_waiting()
+            time.sleep(POLL_S)
+    dist.init_process_group(
+        "gloo", store=store, rank=rank, world_size=world_size, timeout=IDLE_TIMEOUT
+    )
+
+
 def run_scheduler(
     config: SchedulerConfig,
     inbox_address: str,
@@ -100,16 +130,13 @@ def run_scheduler(
     world_size: int = 1,
     ready: Any = None,
 ) -> None:
-    """A scheduler process's main: join the ranks' gloo group, build the engine, serve.
+    """A scheduler process's main: join the ranks' group, build the engine, serve.
 
-    `ready` (the launcher's `ReadySignal`, or None) is sent the rank once the model is loaded.
+    The engine joins whatever else its ranks share (the model's collectives, when the model is
+    split over them). `ready` (the launcher's `ReadySignal`, or None) is sent the rank once the
+    model is loaded.
     """
-    if world_size > 1:  # tensor parallel: the group carries the model's collectives too
-        from minisgl.distributed import init_tp_group
-
-        init_tp_group(rank, world_size, init_method, config.resolved_device)
-    else:
-        dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size)
+    join_ranks(rank, world_size, init_method)
     io = SchedulerIO(inbox_address, outbox_address, rank, dist.group.WORLD)
     scheduler: Scheduler | None = None
     try:

@@ -9,7 +9,6 @@ reports the dead one (`ProcessDiedError`).
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 import torch
@@ -20,10 +19,7 @@ from minisgl.launcher import Launcher
 from .comm import all_reduce, set_tensor_group
 from .info import get_tp_info, set_tp_info
 
-# Ranks wait for rank 0 in a broadcast while the engine is idle, for as long as it is idle.
-IDLE_TIMEOUT = timedelta(days=365)
 COLLECTIVE_TIMEOUT = timedelta(minutes=5)  # a first forward may wait out a kernel JIT
-POLL_S = 0.1
 
 
 def init_tp_group(
@@ -33,31 +29,37 @@ def init_tp_group(
     device: torch.device,
     peers: Launcher | None = None,
 ) -> None:
-    """Join the `size` ranks' group (rendezvous in the file of `init_method`, "file://PATH").
+    """Join the `size` ranks' group as `rank`, and its tensor parallelism (rank 0 of an `LLM`,
+    before it builds its engine; the other ranks' engines join through the engine extension).
 
-    The default group is gloo: it carries the scheduler's messages, which are Python objects on
-    the CPU. On CUDA the model's collectives get an NCCL group of their own, on GPU `rank`.
     Rank 0 passes `peers`, the launcher of the other ranks, so that a rank dying before it
     joins raises its ProcessDiedError instead of leaving rank 0 waiting at the rendezvous.
     """
-    store = dist.FileStore(init_method.removeprefix("file://"), size)
-    store.set(f"joining/{rank}", "")
-    if peers is not None:
-        while not store.check([f"joining/{r}" for r in range(size)]):
-            peers.check()
-            time.sleep(POLL_S)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=IDLE_TIMEOUT)
-    set_tp_info(rank, size)
-    # Imported here: the models' layers import this package.
-    from minisgl.models.layout import use_layout
-    from minisgl.models.parallel import RankLayout
+    from minisgl.scheduler.io import join_ranks  # imported here: the scheduler imports models
 
-    use_layout(RankLayout(get_tp_info()))  # models built from now on hold this rank's slice
+    join_ranks(rank, size, init_method, peers.check if peers is not None else None)
+    join_tensor_parallel(device)
+
+
+def join_tensor_parallel(device: torch.device) -> None:
+    """Make this process, rank r of the n in its gloo group, tensor-parallel rank r of n.
+
+    The default group is gloo: it carries the scheduler's messages, which are Python objects on
+    the CPU. On CUDA the model's collectives get an NCCL group of their own, on GPU r. Models
+    built from now on hold rank r's slice (`RankLayout`).
+    """
+    rank, size = dist.get_rank(), dist.get_world_size()
+    set_tp_info(rank, size)
     if device.type == "cuda":
         torch.cuda.set_device(rank)
         gpu = torch.device("cuda", rank)
         set_tensor_group(dist.new_group(backend="nccl", timeout=COLLECTIVE_TIMEOUT, device_id=gpu))
         all_reduce(torch.zeros(1, device=gpu))  # connect now, not inside a CUDA-graph capture
+    # Imported here: the models' layers import this package.
+    from minisgl.models.layout import use_layout
+    from minisgl.models.parallel import RankLayout
+
+    use_layout(RankLayout(get_tp_info()))
 
 
 def leave_tp_group() -> None:

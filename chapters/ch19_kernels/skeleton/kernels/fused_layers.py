@@ -152,30 +152,15 @@ def norm_rope_kernel(
     cos_row = cos_ptr + position * cache_stride
     sin_row = sin_ptr + position * cache_stride
     if head < num_q_heads:
-        _norm_rope_row(
-            q_ptr + token * q_token_stride + head * head_dim,
-            q_out_ptr + (token * num_q_heads + head) * head_dim,
-            q_weight_ptr,
-            cos_row,
-            sin_row,
-            eps,
-            head_dim,
-            HAS_NORM,
-            HALF_BLOCK,
-        )
+        src = q_ptr + token * q_token_stride + head * head_dim
+        dst = q_out_ptr + (token * num_q_heads + head) * head_dim
+        weight_ptr = q_weight_ptr
     else:
         k_head = head - num_q_heads
-        _norm_rope_row(
-            k_ptr + token * k_token_stride + k_head * head_dim,
-            k_out_ptr + (token * num_k_heads + k_head) * head_dim,
-            k_weight_ptr,
-            cos_row,
-            sin_row,
-            eps,
-            head_dim,
-            HAS_NORM,
-            HALF_BLOCK,
-        )
+        src = k_ptr + token * k_token_stride + k_head * head_dim
+        dst = k_out_ptr + (token * num_k_heads + k_head) * head_dim
+        weight_ptr = k_weight_ptr
+    _norm_rope_row(src, dst, weight_ptr, cos_row, sin_row, eps, head_dim, HAS_NORM, HALF_BLOCK)
 
 
 def norm_rope(

@@ -1,0 +1,13 @@
+"""The engine: one forward of one batch, and the sampler."""
+
+from .config import EngineConfig
+from .engine import (
+    ENGINE_EXTENSIONS,
+    EagerRunner,
+    Engine,
+    EngineExtension,
+    ForwardOutput,
+    register_engine_extension,
+)
+from .sample import BatchSamplingArgs, Sampler
+from minisgl.distributed import extension  # registers tensor parallelism as an extension
