@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial, wraps
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +32,7 @@ from conftest import TINY_MODELS, greedy, guarded_llm, require_model
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
+import minisgl
 from minisgl.attention import ATTENTION_BACKENDS
 from minisgl.attention.base import AttnSetup
 from minisgl.attention.fi import create_flashinfer_backend, gather_page_indices, page_lists
@@ -87,13 +89,16 @@ def host_sync(func: Callable, args: tuple, kwargs: dict) -> str | None:
     return None
 
 
+MINISGL_DIR = Path(minisgl.__file__).parent
+
+
 def student_line() -> str:
     """Where the engine's code made the current call: its innermost frame in minisgl."""
-    frames = [f for f in traceback.extract_stack() if "/minisgl/" in f.filename]
+    frames = [f for f in traceback.extract_stack() if Path(f.filename).is_relative_to(MINISGL_DIR)]
     if not frames:
         return "outside minisgl"
     frame = frames[-1]
-    return f"{frame.filename.rpartition('/minisgl/')[2]}:{frame.lineno} `{frame.line}`"
+    return f"{Path(frame.filename).relative_to(MINISGL_DIR)}:{frame.lineno} `{frame.line}`"
 
 
 class HostSyncError(RuntimeError):

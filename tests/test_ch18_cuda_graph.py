@@ -29,6 +29,7 @@ from test_ch17_gpu_attention import (
     hand_batch,
     pages_by_walking,
     prompts,
+    student_line,
     use_fake_flashinfer,
 )
 from torch.overrides import TorchFunctionMode
@@ -52,20 +53,26 @@ def storages(tree: Any) -> Iterator[tuple[int, torch.Tensor]]:
 
 class TensorReads(TorchFunctionMode):
     """The tensors a region reads that it did not make, by the address of their memory: what a
-    CUDA graph captured from the region binds (views of one tensor share its memory)."""
+    CUDA graph captured from the region binds (views of one tensor share its memory). Given
+    what a capture bound, it also notes where the region read any other tensor."""
 
-    def __init__(self) -> None:
+    def __init__(self, bound: dict[int, torch.Tensor] | None = None) -> None:
         super().__init__()
+        self.bound = bound
         self.inputs: dict[int, torch.Tensor] = {}
         self.made: set[int] = set()
+        self.unbound: list[str] = []  # each read of a tensor outside `bound`, and where
 
     def __torch_function__(
         self, func: Callable, types: tuple, args: tuple = (), kwargs: dict | None = None
     ) -> Any:
         kwargs = kwargs or {}
         for address, tensor in storages((args, kwargs)):
-            if address not in self.made:
-                self.inputs.setdefault(address, tensor)
+            if address in self.made or address in self.inputs:
+                continue
+            self.inputs[address] = tensor
+            if self.bound is not None and address not in self.bound:
+                self.unbound.append(f"{tensor.dtype} {list(tensor.shape)} at {student_line()}")
         result = func(*args, **kwargs)
         self.made.update(address for address, _ in storages(result) if address not in self.inputs)
         return result
@@ -95,13 +102,13 @@ class FakeGraph:
     def replay(self) -> None:
         assert self.forward is not None, "replay before capture"
         self.replays += 1
-        with TensorReads() as reads:  # a real replay runs no Python: its syncs failed the capture
+        # A real replay runs no Python: its host syncs already failed the capture.
+        with TensorReads(self.bound) as reads:
             output = self.forward()
-        unbound = [t for address, t in reads.inputs.items() if address not in self.bound]
-        assert not unbound, (
-            f"the replay read {len(unbound)} tensor(s) the capture did not bind, first "
-            f"{unbound[0].dtype} {list(unbound[0].shape)}: a CUDA graph replays the tensors it "
-            "captured, so a tensor rebound after capture is never seen; copy into it instead"
+        assert not reads.unbound, (
+            "the replay read tensors the capture did not bind (a CUDA graph replays the tensors "
+            "it captured, so a tensor rebound after capture is never seen: copy into it "
+            "instead): " + "; ".join(reads.unbound)
         )
         self.output.copy_(output)
 
