@@ -1,11 +1,15 @@
 """Chapter 18 tests: decode graphs, on the CPU.
 
-`FakeGraph` stands in for `CudaGraph`: capture runs the forward once and keeps it with its
-output tensor; replay runs that same forward again and writes the result into that same output.
-The forward reads nothing but the runner's fixed input tensors and the attention metadata planned
-at capture (chapter 17's `FakeFlashInfer`, whose graph wrappers read their fixed buffers), so a
-replay sees exactly what a CUDA graph replay sees: what is in those tensors now. Stale inputs,
-padding rows writing into live K/V, or the wrong graph for a batch all change the tokens.
+`FakeGraph` stands in for `CudaGraph` and refuses what a CUDA graph refuses. Its capture runs the
+forward once to warm up, then once more under chapter 17's `HostSyncGuard`, fatal there as a
+real capture is (no `.item()`, no tensor truth value, no data-dependent op), noting every tensor
+the forward reads that it did not make: the tensors the graph binds. A replay runs that same
+forward again, writes the result into the captured output, and fails if the forward read any
+tensor the capture did not bind: a CUDA graph replays the tensors it captured, so a fixed input
+rebound after capture (`self.input_ids = ...`) is never seen. The forward reads the runner's fixed
+inputs and the attention metadata planned into fixed buffers (chapter 17's `FakeFlashInfer`),
+so a replay sees exactly what a CUDA graph replay sees: what is in those tensors now. Stale
+inputs, padding rows writing into live K/V, or the wrong graph for a batch all change the tokens.
 """
 
 from __future__ import annotations
@@ -13,18 +17,23 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import torch
 from conftest import TINY_MODELS, greedy, guarded_llm, require_model
 from test_ch17_gpu_attention import (
     FakeFlashInfer,
+    HostSyncGuard,
     fill_pool,
     hand_batch,
     pages_by_walking,
     prompts,
+    student_line,
     use_fake_flashinfer,
 )
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_leaves
 
 from minisgl.attention.fi import page_lists, pad_page_lists
 from minisgl.core import Batch
@@ -33,6 +42,40 @@ from minisgl.engine import graph as graph_module
 from minisgl.engine.graph import GraphRunner, graph_batch_sizes
 
 MODEL = TINY_MODELS["qwen3"]
+
+
+def storages(tree: Any) -> Iterator[tuple[int, torch.Tensor]]:
+    """(address of its memory, tensor) for every tensor in a tree of arguments or results."""
+    for leaf in tree_leaves(tree):
+        if isinstance(leaf, torch.Tensor) and leaf.untyped_storage().data_ptr():
+            yield leaf.untyped_storage().data_ptr(), leaf
+
+
+class TensorReads(TorchFunctionMode):
+    """The tensors a region reads that it did not make, by the address of their memory: what a
+    CUDA graph captured from the region binds (views of one tensor share its memory). Given
+    what a capture bound, it also notes where the region read any other tensor."""
+
+    def __init__(self, bound: dict[int, torch.Tensor] | None = None) -> None:
+        super().__init__()
+        self.bound = bound
+        self.inputs: dict[int, torch.Tensor] = {}
+        self.made: set[int] = set()
+        self.unbound: list[str] = []  # each read of a tensor outside `bound`, and where
+
+    def __torch_function__(
+        self, func: Callable, types: tuple, args: tuple = (), kwargs: dict | None = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        for address, tensor in storages((args, kwargs)):
+            if address in self.made or address in self.inputs:
+                continue
+            self.inputs[address] = tensor
+            if self.bound is not None and address not in self.bound:
+                self.unbound.append(f"{tensor.dtype} {list(tensor.shape)} at {student_line()}")
+        result = func(*args, **kwargs)
+        self.made.update(address for address, _ in storages(result) if address not in self.inputs)
+        return result
 
 
 class FakeGraph:
@@ -44,18 +87,30 @@ class FakeGraph:
 
     def __init__(self) -> None:
         self.forward: Callable[[], torch.Tensor] | None = None
+        self.bound: dict[int, torch.Tensor] = {}  # held, so no later tensor gets their memory
         self.replays = 0
 
     def capture(self, forward: Callable[[], torch.Tensor], pool: object) -> torch.Tensor:
         self.forward, self.pool, self.order = forward, pool, next(FakeGraph.capture_order)
-        self.output = forward()
+        forward()  # the warm-up: lazy initialisation stays out of the graph, as in CudaGraph
+        with HostSyncGuard("a CUDA graph capture", fatal=True), TensorReads() as reads:
+            self.output = forward()
+        self.bound = reads.inputs
         FakeGraph.bytes_held += self.output.numel() * self.output.element_size()
         return self.output
 
     def replay(self) -> None:
         assert self.forward is not None, "replay before capture"
         self.replays += 1
-        self.output.copy_(self.forward())
+        # A real replay runs no Python: its host syncs already failed the capture.
+        with TensorReads(self.bound) as reads:
+            output = self.forward()
+        assert not reads.unbound, (
+            "the replay read tensors the capture did not bind (a CUDA graph replays the tensors "
+            "it captured, so a tensor rebound after capture is never seen: copy into it "
+            "instead): " + "; ".join(reads.unbound)
+        )
+        self.output.copy_(output)
 
     @staticmethod
     def new_pool() -> object:
@@ -186,6 +241,7 @@ def test_a_replay_equals_the_eager_forward_and_writes_no_live_kv(monkeypatch, fa
     spare = range(runner.pad_slot, runner.pad_slot + engine.page_size)
     allowed = set(b.out_loc.tolist()) | set(spare)
     assert set(changed.tolist()) <= allowed, "the replay wrote K/V outside the batch's slots"
+    assert fake.syncs == [], "the step waited for the device:\n" + "\n".join(fake.syncs)
 
 
 @pytest.fixture
@@ -218,7 +274,7 @@ def greedy_runs(monkeypatch: pytest.MonkeyPatch, fake: FakeFlashInfer) -> Iterat
     yield run
 
 
-def test_tokens_with_graphs_equal_tokens_without(greedy_runs):
+def test_tokens_with_graphs_equal_tokens_without(greedy_runs, fake):
     """Batches of 12 run eagerly; as requests finish, decode batches of 8 and fewer replay
     graphs (padded ones too). Every token must be the eager engine's."""
     with_graphs, replays = greedy_runs(8)
@@ -226,3 +282,4 @@ def test_tokens_with_graphs_equal_tokens_without(greedy_runs):
     padded_sizes = {n for n, count in replays.items() if count and n > 1}
     assert sum(replays.values()) > 10 and len(padded_sizes) >= 2, f"replays per size: {replays}"
     assert with_graphs == eager
+    assert fake.syncs == [], "the step waited for the device:\n" + "\n".join(fake.syncs)
