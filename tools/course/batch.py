@@ -20,6 +20,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from course.paths import BUILD, STUDENT_TREE
 from course.errors import CourseError
 from course.manifest import Course
 from course.report import console
@@ -87,7 +88,7 @@ def with_unrun_tests(cases: list[TestCase], functions: list[str]) -> list[TestCa
 
 def student_tree(folder: Path) -> Path | None:
     """The minisgl/ folder of one submission."""
-    for candidate in (folder / "work" / "minisgl", folder / "minisgl"):
+    for candidate in (folder / STUDENT_TREE, folder / "minisgl"):
         if candidate.is_dir():
             return candidate
     return None
@@ -112,7 +113,7 @@ def cmd_grade(course: Course, args: argparse.Namespace) -> int:
     if not students:
         raise CourseError(f"{args.submissions} holds no student folders")
     chapters = parse_chapters(args.chapters, course)
-    build = course.root / "build" / "grade"
+    build = course.root / BUILD / "grade"
     jobs = [(student, k) for student in students for k in chapters]
     console.print(f"Grading {len(students)} students x {len(chapters)} chapters ...")
     with ThreadPoolExecutor(args.jobs) as pool:

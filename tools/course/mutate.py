@@ -34,6 +34,7 @@ from datetime import date
 from dataclasses import dataclass
 from pathlib import Path
 
+from course.paths import BUILD, PYTHON, STUDENT_TREE
 from course.errors import CourseError
 from course.manifest import Course
 from course.report import console
@@ -132,7 +133,7 @@ def mutated_file(course: Course, mutation: Mutation) -> str:
 def run_mutant(course: Course, mutation: Mutation, build: Path, jobs: int = 1) -> Run:
     """Build the student tree with this one mistake and run the chapter's tests on it."""
     k = mutation.chapter
-    work = build / "work" / "minisgl"
+    work = build / STUDENT_TREE
     shutil.rmtree(work, ignore_errors=True)
     for path in course.files(k):
         target = work / path
@@ -174,7 +175,7 @@ def cmd_mutate(course: Course, args: argparse.Namespace) -> int:
             everything.append(mutation)
     chosen = sample(everything, args.sample, args.seed) if args.sample else everything
     started = time.monotonic()
-    build = course.root / "build" / "mutants" / str(os.getpid())  # runs at once do not clash
+    build = course.root / BUILD / "mutants" / str(os.getpid())  # runs at once do not clash
     with ThreadPoolExecutor(args.jobs) as pool:
         runs = list(
             pool.map(
@@ -227,7 +228,7 @@ def write_report(
             "killed": killed,
             "total": total,
             "date": date.today().isoformat(),
-            "command": f".venv/bin/python tools/steps.py mutate {k} --report",
+            "command": f"{PYTHON} tools/steps.py mutate {k} --report",
             **sources_digest(course, k),
             "survivors": [f"{m.stub}: {m.mistake}" for m, _ in survivors if m.chapter == k],
             "equivalent": [
