@@ -47,3 +47,25 @@ def test_the_check_sees_a_lazy_import_a_find_spec_string_and_a_later_name(tmp_pa
     assert "imports minisgl.engine.graph (chapter 18)" in found
     assert "imports minisgl.attention.fi (chapter 17)" in found
     assert "names GraphRunner of engine/graph.py (chapter 18)" in found
+
+
+def test_a_package_init_keeps_names_and_present_modules_and_drops_absent_ones() -> None:
+    from course.source import filter_init
+
+    text = (
+        "from .engine import Engine\n"
+        "from .graph import GraphRunner\n"
+        "from minisgl.engine import EngineExtension\n"
+        "from minisgl.distributed import extension\n"
+        "from minisgl import kernels\n"
+    )
+    known = {
+        "engine/engine.py",
+        "engine/graph.py",
+        "distributed/extension.py",
+        "kernels/__init__.py",
+    }
+    kept = filter_init(text, "engine/__init__.py", {"engine/engine.py"}, known)
+    assert kept == "from .engine import Engine\nfrom minisgl.engine import EngineExtension\n"
+    everything = filter_init(text, "engine/__init__.py", known, known)
+    assert everything == text

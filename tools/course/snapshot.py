@@ -97,7 +97,7 @@ def assemble_file(
             fallbacks.append(Fallback(path, symbol, owner, reason))
     text = replace_functions(course.reference(path) if student is None else student, new_sources)
     if path.endswith("__init__.py"):
-        text = filter_init(text, path, course.files(k))
+        text = filter_init(text, path, course.files(k), set(course.file_owner))
     return text, fallbacks
 
 

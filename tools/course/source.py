@@ -138,10 +138,11 @@ def replace_functions(text: str, new_sources: dict[str, list[str]]) -> str:
     return "".join(lines)
 
 
-def filter_init(text: str, path: str, present: set[str]) -> str:
+def filter_init(text: str, path: str, present: set[str], known: set[str]) -> str:
     """Drop the `from .x import ...` and `from minisgl[.pkg] import x` statements of an
     __init__.py whose module x is absent (the second kind imports a module of another package
-    that extends this one)."""
+    that extends this one). `known` holds every file of the course: a name imported from a
+    package that is no file of it (a class, a function) is not a module, and its line stays."""
     package = posixpath.dirname(path)
     lines = text.splitlines(keepends=True)
     for node in reversed(ast.parse(text).body):
@@ -152,6 +153,9 @@ def filter_init(text: str, path: str, present: set[str]) -> str:
         elif node.level == 0 and node.module and node.module.split(".")[0] == "minisgl":
             parts = node.module.split(".")[1:]
             modules = ["/".join([*parts, alias.name]) for alias in node.names]
+            modules = [m for m in modules if {f"{m}.py", f"{m}/__init__.py"} & known]
+            if not modules:
+                continue  # it imports names, not modules
         else:
             continue
         if not any({f"{m}.py", f"{m}/__init__.py"} & present for m in modules):

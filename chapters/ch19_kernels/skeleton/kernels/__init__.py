@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import torch
 
+from minisgl.engine import Engine, EngineExtension, register_engine_extension
+from minisgl.env import ENV
 
 
 def uses_kernels(engine: Engine) -> bool:
