@@ -56,8 +56,9 @@ def mean_step_seconds(scheduler, steps: int) -> float:  # noqa: ANN001
     return (time.perf_counter() - start) / steps
 
 
+StepParts = dict[str, tuple[str, str]]  # part -> (file suffix, function name)
 # The parts of a scheduler step, by the function that does each: (file suffix, function name).
-STEP_PARTS = {
+STEP_PARTS: StepParts = {
     "schedule the batch": ("scheduler/scheduler.py", "_schedule_next_batch"),
     "prepare inputs (table)": ("scheduler/scheduler.py", "_prepare_batch"),
     "attention plan": ("engine/engine.py", "prepare_batch"),
@@ -68,23 +69,23 @@ STEP_PARTS = {
 }
 
 
-def profile_steps(scheduler, steps: int) -> dict[str, float]:  # noqa: ANN001
-    """Host milliseconds per step spent in each of STEP_PARTS (cumulative, under cProfile)."""
+def profile_steps(scheduler, steps: int, parts: StepParts = STEP_PARTS) -> dict[str, float]:  # noqa: ANN001
+    """Host milliseconds per step spent in each of `parts` (cumulative, under cProfile)."""
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(steps):
         scheduler.step()
     profiler.disable()
     stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
-    parts = {}
-    for part, (suffix, name) in STEP_PARTS.items():
+    per_step = {}
+    for part, (suffix, name) in parts.items():
         cumulative = sum(
             entry[3]
             for (file, _, func), entry in stats.items()
             if func == name and file.endswith(suffix)
         )
-        parts[part] = cumulative / steps * 1e3
-    return parts
+        per_step[part] = cumulative / steps * 1e3
+    return per_step
 
 
 def time_steps(  # noqa: ANN001

@@ -237,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
                         "seconds": result.seconds,
                         "output_tokens": result.output_tokens,
                         "input_tokens": work.input_tokens,
+                        # output throughput over transformers' in this run (None without it)
+                        "vs_transformers": ratio,
                     },
                 )
             for phase, sizes, count, seconds in clock.table():

@@ -30,9 +30,9 @@ def assert_provenance(record: dict, script: str) -> None:
 
 
 @pytest.mark.slow
-def test_offline_compares_the_engine_with_transformers_and_appends_json_lines(
-    tmp_path: Path,
-) -> None:
+def test_offline_runs_both_cpu_workloads_and_records_each_ratio(tmp_path: Path) -> None:
+    """The CPU workloads, small (tiny-qwen3): each engine row and record carries its ratio to
+    transformers from the same run (a record of the figure, not a timed assertion)."""
     results = tmp_path / "results.jsonl"
     model = str(require_model(MODEL))
     done = run_script(
@@ -40,7 +40,7 @@ def test_offline_compares_the_engine_with_transformers_and_appends_json_lines(
         "--model",
         model,
         "--workload",
-        "uniform",
+        "cpu",
         "--threads",
         "1",
         "--tp",
@@ -49,18 +49,59 @@ def test_offline_compares_the_engine_with_transformers_and_appends_json_lines(
         str(results),
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    work = make_workload(WORKLOADS["uniform"], 0)
-    rows = [line.split() for line in done.stdout.splitlines() if line.startswith("uniform")]
-    assert [row[1] for row in rows] == ["transformers", "minisgl"]
-    assert all(int(row[3]) == work.output_tokens for row in rows), done.stdout
-    assert rows[0][-1] == "1.00", "transformers' own ratio"
     records = read_results(results)
-    assert [r["variant"] for r in records] == ["transformers", "minisgl"]
+    for name in ("uniform", "mixed"):
+        work = make_workload(WORKLOADS[name], 0)
+        rows = [line.split() for line in done.stdout.splitlines() if line.startswith(name)]
+        assert [row[1] for row in rows] == ["transformers", "minisgl"]
+        assert all(int(row[3]) == work.output_tokens for row in rows), done.stdout
+        assert rows[0][-1] == "1.00", "transformers' own ratio"
+        hf, engine = [r for r in records if r["workload"] == name]
+        assert [hf["variant"], engine["variant"]] == ["transformers", "minisgl"]
+        for record in (hf, engine):
+            assert record["benchmark"] == "offline"
+            assert record["output_tokens"] == work.output_tokens
+            assert record["input_tokens"] == work.input_tokens
+            assert_provenance(record, "benchmark/offline.py")
+        assert hf["vs_transformers"] == 1.0
+        throughput = {r["variant"]: r["output_tokens"] / r["seconds"] for r in (hf, engine)}
+        expected = throughput["minisgl"] / throughput["transformers"]
+        assert engine["vs_transformers"] == pytest.approx(expected)
+        assert rows[1][-1] == f"{expected:.2f}", "the printed ratio is the recorded one"
+
+
+@pytest.mark.slow
+def test_cpu_step_splits_a_decode_step_into_parts_that_add_up(tmp_path: Path) -> None:
+    """benchmark/cpu_step.py: every part names a function that runs in a decode step (a part
+    whose function was renamed would read 0 ms), the parts add up to the whole step, and the
+    operators' table comes along; all of it appended with its provenance."""
+    from cpu_step import CPU_STEP_PARTS
+
+    results = tmp_path / "results.jsonl"
+    model = str(require_model(MODEL))
+    done = run_script(
+        "benchmark/cpu_step.py",
+        *("--model", model, "--batch", "4", "--context", "8", "--warmup", "1"),
+        *("--steps", "2", "--threads", "1", "--json", str(results)),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = read_results(results)
     for record in records:
-        assert record["benchmark"] == "offline" and record["workload"] == "uniform"
-        assert record["output_tokens"] == work.output_tokens
-        assert record["input_tokens"] == work.input_tokens
-        assert_provenance(record, "benchmark/offline.py")
+        assert record["batch"] == 4 and record["context"] == 8 and record["threads"] == 1
+        assert_provenance(record, "benchmark/cpu_step.py")
+    (step,) = [r for r in records if r["benchmark"] == "cpu_step"]
+    assert step["step_ms"] > 0
+    parts = {r["part"]: r["ms"] for r in records if r["benchmark"] == "cpu_step_part"}
+    assert list(parts) == [*CPU_STEP_PARTS, "the rest", "whole step"]
+    assert all(parts[part] > 0 for part in CPU_STEP_PARTS), parts
+    assert parts["the rest"] >= 0, "the parts overlap: one is counted inside another"
+    whole = parts.pop("whole step")
+    assert sum(parts.values()) == pytest.approx(whole)
+    operators = [r for r in records if r["benchmark"] == "cpu_step_op"]
+    assert operators and all(r["calls"] >= 1 for r in operators)
+    times = [r["ms"] for r in operators]
+    assert times == sorted(times, reverse=True), "the operators come most expensive first"
+    assert "whole step" in done.stdout and "operator (torch.profiler)" in done.stdout
 
 
 def test_offline_refuses_an_unknown_variant() -> None:

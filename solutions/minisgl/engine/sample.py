@@ -71,7 +71,9 @@ class Sampler:
 
     def sample(self, logits: torch.Tensor, args: BatchSamplingArgs) -> torch.Tensor:
         """logits: [batch, vocab] -> next token ids [batch] (int64, on the device)."""
-        greedy_tokens = logits.argmax(dim=-1)
+        # The argmax, by the max reduction: on a CPU several times faster than argmax itself,
+        # with the same rule for ties (the first maximum).
+        greedy_tokens = logits.max(dim=-1).indices
         if args.all_greedy:
             return greedy_tokens
         probs = torch.softmax(logits.float() / args.temperature, dim=-1)
