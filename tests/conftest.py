@@ -8,8 +8,15 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import subprocess
 import sys
+
+# Without a GPU, Triton's kernels run only in its interpreter, which must be chosen before
+# triton is first imported (torch or transformers may import it while test files are collected;
+# a test file that sets the variable itself comes too late then).
+if shutil.which("nvidia-smi") is None:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path

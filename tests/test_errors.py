@@ -23,6 +23,7 @@ import minisgl
 from minisgl.core import SamplingParams
 from minisgl.engine import Engine, EngineConfig
 from minisgl.utils import (
+    ConfigError,
     InvalidRequestError,
     MinisglError,
     ModelNotFoundError,
@@ -124,9 +125,9 @@ def test_unknown_attention_backend_lists_the_available_ones():
         device="cpu",
         show_progress=False,
     )
-    with pytest.raises(UnsupportedModelError, match="flashinfer-typo") as error:
+    with pytest.raises(ConfigError, match="flashinfer-typo") as error:
         Engine(config)
-    assert "torch" in str(error.value)
+    assert "torch" in str(error.value) and "flashinfer" in str(error.value)
 
 
 @pytest.fixture(scope="module")
