@@ -142,13 +142,12 @@ class StepClock:
             patch.stop()
 
     def table(self) -> list[tuple[str, str, int, float]]:
-        """(phase, batch sizes, steps, seconds) for each phase and bucket of batch sizes."""
+        """(phase, batch sizes, steps, seconds) for each phase and bucket of batch sizes that
+        has steps (a step that launched nothing is in no bucket)."""
         rows = []
-        for phase in ("prefill", "decode", "idle"):
+        for phase in ("prefill", "decode"):
             for low, high in zip(self.BUCKETS, self.BUCKETS[1:]):
                 times = [s for p, n, s in self.steps if p == phase and low <= n < high]
-                if phase == "idle" and low > 1 or not times and phase != "idle":
-                    continue
                 if times:
                     rows.append((phase, f"{low}-{high - 1}", len(times), sum(times)))
         return rows

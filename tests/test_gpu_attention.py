@@ -72,6 +72,11 @@ def qwen3_h128(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
+    """||got - expected|| / ||expected||."""
+    return ((got - expected).norm() / expected.norm()).item()
+
+
 def random_prompts(count: int, seed: int) -> list[list[int]]:
     rng = random.Random(seed)
     return [[rng.randrange(10, 10000) for _ in range(rng.randint(20, 300))] for _ in range(count)]
@@ -166,7 +171,7 @@ def test_flashinfer_logits_match_torch_backend_within_bf16_tolerance(qwen3_h128,
     torch_bf16 = hand_logits(qwen3_h128, "torch", prompts)[phase]
 
     def rel(x: torch.Tensor) -> float:
-        return ((x - exact).norm() / exact.norm()).item()
+        return relative_error(x, exact)
 
     print(
         f"{['prefill', 'decode'][phase]} logits vs float32: flashinfer {rel(ours):.2e}, "
@@ -279,13 +284,11 @@ def test_fused_layers_stay_within_bf16_tolerance_of_the_torch_layers(qwen3_h128,
     assert isinstance(fused.engine.model.model.norm, FusedRMSNorm)
     assert not isinstance(plain.engine.model.model.norm, FusedRMSNorm)
 
-    def error(logits: torch.Tensor, ref: torch.Tensor) -> float:
-        return ((logits - ref).norm() / ref.norm()).item()
-
     tokens = None
     for step in range(4):
         ref = reference.step(tokens)
-        plain_error, fused_error = error(plain.step(tokens), ref), error(fused.step(tokens), ref)
+        plain_error = relative_error(plain.step(tokens), ref)
+        fused_error = relative_error(fused.step(tokens), ref)
         print(
             f"step {step}: relative error to float32, torch layers {plain_error:.2e}, "
             f"fused {fused_error:.2e}"
