@@ -9,11 +9,12 @@
         --dtype bfloat16 --tp 2                       # tensor parallel over 2 GPUs
 
 The official workload (for a GPU) is 256 requests with input and output lengths uniform in
-[100, 1024] and random token ids, seed 0: 142,827 input and 133,966 output tokens.
-`--model random-qwen3-0.6b` builds
-Qwen3-0.6B's shape with random bf16 weights from a transformers config (no download), once,
-under build/. The variants are the engine as configured by default (FlashInfer and CUDA graphs
-on a GPU, overlap scheduling), the engine with one feature switched off, and transformers.
+[100, 1024] and random token ids, seed 0: 142,827 input and 133,966 output tokens; the engine
+runs it with the settings of upstream's benchmark (`WORKLOAD_SETTINGS`).
+`--model random-qwen3-0.6b` builds Qwen3-0.6B's shape with random bf16 weights from a
+transformers config (no download), once, under build/. The variants are the engine as
+configured by default (FlashInfer and CUDA graphs on a GPU, overlap scheduling), the engine with
+one feature switched off, and transformers.
 
 Both sides run the same model, dtype, thread count and prompts (random token ids, fixed seed),
 greedy, ignoring EOS, so every request generates exactly its requested number of tokens.
@@ -29,6 +30,7 @@ import contextlib
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from unittest import mock
 
@@ -56,6 +58,11 @@ VARIANTS: dict[str, dict[str, object]] = {
     "no-overlap": {"enable_overlap": False},
     "torch-backend": {"attention_backend": "torch"},
     "torch-kernels": {},  # chapter 19's kernels off: MINISGL_KERNELS=torch (VARIANT_ENV)
+}
+# The engine settings of upstream's official benchmark (mini-sglang 20fcd7f,
+# benchmark/offline/bench.py:17-23): a prefill budget of 16,384 tokens and pages of 256 tokens.
+WORKLOAD_SETTINGS: dict[str, dict[str, object]] = {
+    "official": {"max_extend_tokens": 16384, "page_size": 256}
 }
 # Variants that flip an environment switch rather than an engine setting.
 VARIANT_ENV: dict[str, dict[str, str]] = {"torch-kernels": {"MINISGL_KERNELS": "torch"}}
@@ -95,33 +102,56 @@ def resolve_model(name: str, dtype: torch.dtype) -> Path:
 
 
 class StepClock:
-    """Records the wall time of every scheduler step of the last `LLM.generate` run inside it
-    (the timed one: the warm-up's steps are dropped), with the phase and size of the batch the
-    step launched. With overlap, a step's time is its host work plus the wait for the batch
-    before it."""
+    """Records every scheduler step of the last `LLM.generate` run inside it (the timed one: the
+    warm-up's steps are dropped): the phase and size of the batch the step launched, its wall
+    time, and how that time splits into the step's parts. With overlap, a step schedules and
+    launches batch N+1, then waits for batch N's tokens and processes them: a step that waits
+    long is bound by the device, one that hardly waits by the host."""
 
     BUCKETS = (1, 16, 64, 128, 192, 256, 10**9)
+    PARTS = ("schedule", "launch", "wait", "process")  # with overlap, in this order
 
     def __init__(self) -> None:
-        self.steps: list[tuple[str, int, float]] = []
+        self.steps: list[tuple[str, int, float, dict[str, float]]] = []
+        self._parts: dict[str, float] = {}
+
+    def _timed(self, part: str, function: Callable) -> Callable:
+        clock = self
+
+        def timed(*args: object, **kwargs: object) -> object:
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                elapsed = time.perf_counter() - start
+                clock._parts[part] = clock._parts.get(part, 0.0) + elapsed
+
+        return timed
 
     def __enter__(self) -> StepClock:
+        from minisgl.llm import LLM
         from minisgl.scheduler import Scheduler
 
-        original, clock = Scheduler.step, self
+        clock = self
+        step, process = Scheduler.step, Scheduler._process_last_data
 
         def timed_step(scheduler: Scheduler) -> list:
             launched = len(scheduler.stats.steps)
+            clock._parts = {}
             start = time.perf_counter()
-            outputs = original(scheduler)
+            outputs = step(scheduler)
             seconds = time.perf_counter() - start
             phase, size = ("idle", 0)
             if len(scheduler.stats.steps) > launched:
                 phase, size, _ = scheduler.stats.steps[-1]
-            clock.steps.append((phase, size, seconds))
+            clock.steps.append((phase, size, seconds, clock._parts))
             return outputs
 
-        from minisgl.llm import LLM
+        def waiting_process(scheduler: Scheduler, data: object) -> list:
+            # the wait for the device, timed apart from the processing that follows it
+            if data is not None and data[1].copy_done_event is not None:
+                clock._timed("wait", data[1].copy_done_event.synchronize)()
+            return clock._timed("process", process)(scheduler, data)
 
         generate = LLM.generate
 
@@ -131,6 +161,13 @@ class StepClock:
 
         self._patches = [
             mock.patch.object(Scheduler, "step", timed_step),
+            mock.patch.object(
+                Scheduler,
+                "_schedule_next_batch",
+                self._timed("schedule", Scheduler._schedule_next_batch),
+            ),
+            mock.patch.object(Scheduler, "_forward", self._timed("launch", Scheduler._forward)),
+            mock.patch.object(Scheduler, "_process_last_data", waiting_process),
             mock.patch.object(LLM, "generate", fresh_generate),
         ]
         for patch in self._patches:
@@ -141,24 +178,30 @@ class StepClock:
         for patch in self._patches:
             patch.stop()
 
-    def table(self) -> list[tuple[str, str, int, float]]:
-        """(phase, batch sizes, steps, seconds) for each phase and bucket of batch sizes that
-        has steps (a step that launched nothing is in no bucket)."""
+    def table(self) -> list[tuple[str, str, int, float, dict[str, float]]]:
+        """(phase, batch sizes, steps, seconds, seconds of each part) for each phase and bucket
+        of batch sizes that has steps (a step that launched nothing is in no bucket)."""
         rows = []
         for phase in ("prefill", "decode"):
             for low, high in zip(self.BUCKETS, self.BUCKETS[1:]):
-                times = [s for p, n, s in self.steps if p == phase and low <= n < high]
-                if times:
-                    rows.append((phase, f"{low}-{high - 1}", len(times), sum(times)))
+                steps = [
+                    (s, parts) for p, n, s, parts in self.steps if p == phase and low <= n < high
+                ]
+                if steps:
+                    parts = {k: sum(part.get(k, 0.0) for _, part in steps) for k in self.PARTS}
+                    label = f"{low}-{high - 1}" if high < 10**9 else f"{low}+"
+                    rows.append((phase, label, len(steps), sum(s for s, _ in steps), parts))
         return rows
 
 
 def run_variant(
-    model: Path, work: Workload, dtype: torch.dtype, variant: str, tp: int
+    model: Path, name: str, work: Workload, dtype: torch.dtype, variant: str, tp: int
 ) -> OfflineResult:
-    """The engine's run of one variant, with its environment switches set for the run."""
+    """The engine's run of one variant on workload `name`, with the workload's engine settings
+    and the variant's, and its environment switches set for the run."""
+    settings = WORKLOAD_SETTINGS.get(name, {}) | VARIANTS[variant] | {"tp_size": tp}
     with mock.patch.dict(os.environ, VARIANT_ENV.get(variant, {})):
-        return run_engine(model, work, dtype, VARIANTS[variant] | {"tp_size": tp}, variant)
+        return run_engine(model, work, dtype, settings, variant)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
                 result = (
                     run_transformers(model, work, dtype, args.hf_batch_size)
                     if variant == "transformers"
-                    else run_variant(model, work, dtype, variant, args.tp)
+                    else run_variant(model, name, work, dtype, variant, args.tp)
                 )
             results.append(result)
             ratio = speedups(results).get(variant)
@@ -240,8 +283,11 @@ def main(argv: list[str] | None = None) -> int:
                         "vs_transformers": ratio,
                     },
                 )
-            for phase, sizes, count, seconds in clock.table():
-                print(f"    {phase:<8} batch {sizes:<8} {count:>5} steps {seconds:>8.3f} s")
+            for phase, sizes, count, seconds, parts in clock.table():
+                print(
+                    f"    {phase:<8} batch {sizes:<8} {count:>5} steps {seconds:>8.3f} s  "
+                    + "  ".join(f"{k} {v:.3f}" for k, v in parts.items())
+                )
                 if args.json:
                     append_result(
                         args.json,
@@ -254,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
                             "batch_sizes": sizes,
                             "steps": count,
                             "seconds": seconds,
+                            **{f"{k}_s": v for k, v in parts.items()},
                         },
                     )
     return 0

@@ -6,6 +6,7 @@
 #   benchmark/run_gpu.sh hf                                  # engine and transformers, one run
 #   benchmark/run_gpu.sh kernels,online,moe                  # chapter 19 ablation, online, MoE
 #   benchmark/run_gpu.sh profile                             # a prefill and a decode step's kernels
+#   benchmark/run_gpu.sh attention,launch                    # FlashInfer's decode alone; launch costs
 #   benchmark/run_gpu.sh tp                                  # on nvidia-h200-x2: TP=1 and TP=2
 #
 # Expects the wheels in .whl/ and the SmolLM2 tokenizer files in .gpu/tokenizer/ (see
@@ -41,12 +42,17 @@ for stage in ${STAGES//,/ }; do
     offline)
       python3 benchmark/offline.py --workload official --model random-qwen3-0.6b \
           --dtype bfloat16 --variants "${OFFLINE_VARIANTS:-minisgl,no-graphs,no-overlap,torch-kernels}" \
-          --json "$OUT/results.jsonl" \
+          --step-times --json "$OUT/results.jsonl" \
           2>&1 | tee "$OUT/offline.log" ;;
     hf)
       python3 benchmark/offline.py --workload official --model random-qwen3-0.6b \
           --dtype bfloat16 --variants "${HF_VARIANTS:-minisgl,transformers,torch-backend}" --hf-batch-size 256 \
           --step-times --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/offline_hf.log" ;;
+    attention)  # FlashInfer's decode kernel alone: KV layouts, tensor cores, the KV-read floor
+      python3 benchmark/attention_kernels.py ${ATTENTION_ARGS:-} --json "$OUT/results.jsonl" \
+          2>&1 | tee "$OUT/attention.log" ;;
+    launch)  # the host's cost of each kind of launch, and of one prefill forward
+      python3 benchmark/launch_costs.py --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/launch.log" ;;
     profile)  # one prefill and one decode step under torch.profiler: kernels and their time
       python3 benchmark/profile_step.py ${PROFILE_ARGS:-} --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/profile.log" ;;
     kernels)  # chapter 19: the same decode steps with the Triton kernels and with torch's code
