@@ -151,6 +151,12 @@ def test_every_measured_figure_comes_from_a_result_line_or_a_captured_output(pag
         f"{page.relative_to(ROOT)}: measured figures typed by hand: {typed}; write them as "
         "{{result EXPR | FORMAT | SELECTOR}} (docs/hooks/directives.py)"
     )
+    sys.path.insert(0, str(ROOT / "docs" / "hooks"))
+    import directives
+
+    for spec in RESULT_FIGURE.findall(FENCE.sub("", markdown)):
+        if f"`{{{{result {spec}}}}}`" not in markdown:  # quoted in a code span: not a figure
+            directives.result_figure(spec)  # each selects one line and computes
 
 
 def test_a_result_figure_is_computed_from_the_one_line_it_selects() -> None:
