@@ -107,6 +107,95 @@ def test_every_chapter_and_stage_page_has_a_figure(page: Path) -> None:
     )
 
 
+# A paragraph that reports a measurement: it says so, names the machine, or dates a run.
+MEASURED_PARAGRAPH = re.compile(r"measur|\bH200s?\b|\b20\d\d-\d\d-\d\d\b", re.IGNORECASE)
+UNITS = r"ms|us|µs|s|(?:output )?tok(?:en)?s/s|(?:output )?tokens per second|requests/s|MiB|%"
+FIGURE_WITH_UNIT = re.compile(rf"(?<![\w.,])\d[\d,]*(?:\.\d+)?(?: ?(?:{UNITS})|x| times)(?![\w/])")
+RESULT_FIGURE = re.compile(r"\{\{result (.+?)\}\}", re.DOTALL)
+
+
+def paragraphs(markdown: str) -> list[str]:
+    """A page's prose paragraphs and list items, without code, directives, link definitions
+    or result figures (the build computes those from their result lines)."""
+    text = RESULT_FIGURE.sub("", FENCE.sub("", markdown))
+    text = re.sub(r"`[^`]*`", "", text)
+    text = re.sub(r"^(?:::|\[[^\]]+\]: ).*$", "", text, flags=re.MULTILINE)
+    blocks = re.split(r"\n\s*\n|\n(?=\s*(?:[-*]|\d+\.|#+) )", text)
+    return [" ".join(block.split()) for block in blocks]
+
+
+def in_text(number: str, text: str) -> bool:
+    """Whether `number` appears in `text` as a whole number (not inside another one)."""
+    return re.search(rf"(?<![\d.,]){re.escape(number)}(?![\d]|[.,]\d)", text) is not None
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "docs").rglob("*.md")), ids=lambda p: p.stem)
+def test_every_measured_figure_comes_from_a_result_line_or_a_captured_output(page: Path) -> None:
+    """In a paragraph that reports a measurement, a time, rate, memory size, percentage or
+    ratio is a `{{result ...}}` figure, computed at build time from a committed result line,
+    or appears in a captured output the page embeds. A typed figure would drift from the
+    line it came from, or come from none."""
+    markdown = page.read_text()
+    captured = " ".join(
+        (OUTPUTS / f"{name}.txt").read_text()
+        for name in re.findall(r"^::output (\S+)$", markdown, re.MULTILINE)
+    )
+    typed = [
+        figure
+        for paragraph in paragraphs(markdown)
+        if MEASURED_PARAGRAPH.search(paragraph)
+        for figure in FIGURE_WITH_UNIT.findall(paragraph)
+        if not in_text(re.match(r"[\d,.]*\d", figure).group(0), captured)  # type: ignore[union-attr]
+    ]
+    assert not typed, (
+        f"{page.relative_to(ROOT)}: measured figures typed by hand: {typed}; write them as "
+        "{{result EXPR | FORMAT | SELECTOR}} (docs/hooks/directives.py)"
+    )
+    sys.path.insert(0, str(ROOT / "docs" / "hooks"))
+    import directives
+
+    for spec in RESULT_FIGURE.findall(FENCE.sub("", markdown)):
+        if f"`{{{{result {spec}}}}}`" not in markdown:  # quoted in a code span: not a figure
+            directives.result_figure(spec)  # each selects one line and computes
+
+
+def test_a_result_figure_is_computed_from_the_one_line_it_selects() -> None:
+    sys.path.insert(0, str(ROOT / "docs" / "hooks"))
+    import directives
+    from mkdocs.exceptions import PluginError
+
+    line = "variant=torch-backend date=2026-12-01T16:35"
+    shown = directives.result_figure(f"output_tokens / seconds | ,.0f | {line}")
+    assert re.fullmatch(r'<abbr class="measured" title="[^"]+">3,870</abbr>', shown), shown
+    assert "--variants torch-backend" in shown and "NVIDIA H200" in shown
+    assert "2026-12-01T16:35:10" in shown
+    for ambiguous in ("variant=minisgl date=2026-12", "variant=torch-backend"):
+        with pytest.raises(PluginError):  # several lines, or a selector a new line could match
+            directives.result_figure(f"seconds | .1f | {ambiguous}")
+    with pytest.raises(PluginError):
+        directives.result_figure(f"__import__('os') | s | {line}")
+
+
+UPSTREAM = "https://github.com/sgl-project/mini-sglang"
+UPSTREAM_PIN = "20fcd7f3c6a1898a61139fae1c97cc7a40bd8d66"  # docs/maintainers.md, names table
+
+
+@pytest.mark.parametrize("page", CHAPTER_PAGES, ids=lambda p: p.stem)
+def test_where_it_lives_upstream_cites_file_and_line_at_the_pinned_commit(page: Path) -> None:
+    """Upstream moves; a citation of its main would rot. Every upstream link is a file and line
+    at the pinned commit, and each chapter's upstream section cites at least one."""
+    markdown = page.read_text()
+    section = markdown.split("## Where it lives upstream", 1)[1].split("\n## ", 1)[0]
+    assert f"`{UPSTREAM_PIN[:7]}`" in section, f"{page.name}: the section names no commit"
+    links = re.findall(rf"{re.escape(UPSTREAM)}[^\s)>]*", markdown)
+    cited = [link for link in links if link != UPSTREAM]
+    pinned = re.compile(rf"{re.escape(UPSTREAM)}/blob/{UPSTREAM_PIN}/\S+#L\d+")
+    assert cited and all(pinned.fullmatch(link) for link in cited), (
+        f"{page.name}: upstream links not at {UPSTREAM_PIN[:7]} with a line: "
+        f"{[link for link in cited if not pinned.fullmatch(link)][:3]}"
+    )
+
+
 def test_admission_figure_reads_each_requests_phase_off_the_trace() -> None:
     sys.path.insert(0, str(ROOT / "docs" / "hooks"))
     import figures

@@ -12,6 +12,18 @@ A directive is a line of its own, starting with `::`:
     ::file chapters/ch08_cache_manager/chapter.toml          any file of the repository
     ::practice 8                                             chapter 8's practice problems
 
+A measured figure in a sentence is an inline directive that computes it from one committed
+result line (`benchmark/results/*.jsonl`), chosen by its fields, or from two (`a` and `b`):
+
+    {{result output_tokens / seconds | ,.0f | variant=minisgl date=2026-12-01T16:32}}
+    {{result b.seconds / a.seconds | .1f | variant=minisgl date=2026-12-01T16:32 |
+             variant=transformers date=2026-12-01T16:31}}
+
+Each selector must match exactly one line and name its date (a field equals the value, quoted
+if it holds spaces; `date` matches by prefix, `file` names the results file without `.jsonl`),
+so a line added later changes no figure. The
+figure is rendered with the command, machine and date of its lines as its tooltip.
+
 On a chapter's page, `::code` folds the body of each of that chapter's own stubs (its manifest's
 `stubs`) into a closed "Reference solution" box under the open signature and docstring, so a
 student reads the task before the answer; code of other chapters stays open.
@@ -24,9 +36,13 @@ Notebooks (examples converted with jupytext) are generated into the site at buil
 
 from __future__ import annotations
 
+import ast
+import html
 import json
+import operator
 import os
 import re
+import shlex
 import sys
 import textwrap
 from pathlib import Path
@@ -51,8 +67,13 @@ import figures  # noqa: E402  (the drawing code of ::figure, next to this file)
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE = ROOT / "solutions" / "minisgl"
 OUTPUTS = ROOT / "docs" / "_outputs"
+RESULTS = ROOT / "benchmark" / "results"
 EXAMPLES = ROOT / "examples"
 DIRECTIVE = re.compile(r"^::(\w+)\s+(\S+)\s*$", re.MULTILINE)
+# A result figure, unless it is quoted in a fenced block or a code span (the guide shows one).
+RESULT_FIGURE = re.compile(
+    r"^(```|~~~).*?^\1[ \t]*$|`[^`\n]*`|\{\{result (.+?)\}\}", re.MULTILINE | re.DOTALL
+)
 JUPYTEXT_HEADER = re.compile(r"\A# ---\n(?:#.*\n)*?# ---\n\s*")
 SOLUTION_TITLE = "Reference solution: try it first"
 
@@ -238,6 +259,81 @@ def mutations_directive(target: str, page: str) -> str:
     return "\n".join(rows + [""] + notes)
 
 
+def result_lines() -> list[tuple[str, dict[str, Any]]]:
+    """Every committed result line, with the stem of its file."""
+    return [
+        (path.stem, json.loads(line))
+        for path in sorted(RESULTS.glob("*.jsonl"))
+        for line in path.read_text().splitlines()
+        if line.strip()
+    ]
+
+
+def select_result(selector: str) -> tuple[str, dict[str, Any]]:
+    """The one result line whose fields match `key=value ...` (`date` by prefix)."""
+    wanted = dict(pair.split("=", 1) for pair in shlex.split(selector))
+    if "date" not in wanted:  # without it, a line added later could match too
+        raise PluginError(f"the selector '{selector}' names no date")
+    found = [
+        (stem, line)
+        for stem, line in result_lines()
+        if all(
+            (stem if key == "file" else str(line.get(key, ""))).startswith(value)
+            if key in ("date", "file")
+            else str(line.get(key)) == value
+            for key, value in wanted.items()
+        )
+    ]
+    if len(found) != 1:
+        raise PluginError(f"{len(found)} result lines match '{selector}', not one")
+    return found[0]
+
+
+ARITHMETIC = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+}
+
+
+def evaluate(node: ast.AST, names: dict[str, Any]) -> Any:
+    """Arithmetic over the fields of result lines: names, `a.field`, `top[0][2]`, numbers,
+    + - * /."""
+    if isinstance(node, ast.Expression):
+        return evaluate(node.body, names)
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+        return node.value
+    if isinstance(node, ast.Name):
+        return names[node.id]
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return names[node.value.id][node.attr]
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        return evaluate(node.value, names)[node.slice.value]  # an item of a list field
+    if isinstance(node, ast.BinOp) and type(node.op) in ARITHMETIC:
+        return ARITHMETIC[type(node.op)](evaluate(node.left, names), evaluate(node.right, names))
+    raise PluginError(f"a result figure allows only arithmetic on fields: {ast.unparse(node)}")
+
+
+def result_figure(spec: str) -> str:
+    """`EXPR | FORMAT | SELECTOR [| SELECTOR]`: the figure, titled with what measured it."""
+    expression, form, *selectors = (part.strip() for part in spec.split("|"))
+    if not 1 <= len(selectors) <= 2:
+        raise PluginError(f"a result figure reads one or two result lines: {spec}")
+    chosen = [select_result(selector) for selector in selectors]
+    labelled = dict(zip("ab", (line for _, line in chosen)))
+    names = {**chosen[0][1], **labelled} if len(chosen) == 1 else labelled
+    try:
+        value = evaluate(ast.parse(expression, mode="eval"), names)
+    except (KeyError, TypeError, SyntaxError) as error:
+        raise PluginError(f"cannot compute '{expression}': {error!r}") from None
+    sources = "; ".join(
+        f"benchmark/results/{stem}.jsonl: {line['command']} ({line['machine']}, {line['date']})"
+        for stem, line in chosen
+    )
+    return f'<abbr class="measured" title="{html.escape(sources)}">{value:{form}}</abbr>'
+
+
 DIRECTIVES: dict[str, Callable[[str, str], str]] = {
     "code": code_directive,
     "test": test_directive,
@@ -275,7 +371,15 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
                 return f'!!! warning "Draft: ::{name} {target} is missing"\n    {error}'
             raise PluginError(f"{page.file.src_uri}: ::{name} {target}: {error}") from None
 
-    return DIRECTIVE.sub(expand, markdown)
+    def figure(match: re.Match[str]) -> str:
+        if match.group(2) is None:  # code, left as it is
+            return match.group(0)
+        try:
+            return result_figure(match.group(2))
+        except PluginError as error:
+            raise PluginError(f"{page.file.src_uri}: {match.group(0)}: {error}") from None
+
+    return RESULT_FIGURE.sub(figure, DIRECTIVE.sub(expand, markdown))
 
 
 # The first cell of every notebook: run the student's own engine when there is one.
