@@ -33,16 +33,17 @@ def run_chapter_tests(
     test_timeout: float = TEST_TIMEOUT_S,
     extra: list[str] | None = None,
     label: str = "",
+    run_timeout: float = RUN_TIMEOUT_S,
 ) -> Run:
-    """Run the course's chapter test files on the snapshot at `tree` (the judge, batch grading
-    and mutants all grade this way)."""
+    """Run the course's chapter test files (or node ids) on the snapshot at `tree` (the judge,
+    its GPU verdict, batch grading and mutants all grade this way)."""
     return run_pytest(
         label or ", ".join(test_files),
         test_files,
         course.root,
         sandbox_env(tree, jobs, MINISGL_TREE=str(tree)),
         tree / "results.jsonl",
-        RUN_TIMEOUT_S,
+        run_timeout,
         test_timeout,
         extra,
     )
