@@ -185,7 +185,7 @@ def cmd_test(course: Course, args: argparse.Namespace) -> int:
         else:
             console.print(escape(main.output.strip()[-1500:]))
             problems.append(f"the main {m.main} {main.verdict}")
-    gpu = judge_gpu(course, k, chapters, snap, "--no-gpu" if args.no_gpu else "")
+    gpu = judge_gpu(course, k, chapters, snap, rerun, "--no-gpu" if args.no_gpu else "")
     if not gpu.ok:
         problems.append(gpu.why)
     if problems:

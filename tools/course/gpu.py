@@ -21,7 +21,6 @@ from rich.markup import escape
 
 from course.checks import run_chapter_tests
 from course.manifest import Course, Manifest
-from course.paths import PYTHON
 from course.report import console, print_cases, print_failure
 from course.runner import TestCase, run_process, sandbox_env
 from course.snapshot import Snapshot
@@ -69,15 +68,15 @@ class GpuVerdict:
 
 
 def judge_gpu(
-    course: Course, k: int, chapters: list[Manifest], snap: Snapshot, skip: str = ""
+    course: Course, k: int, chapters: list[Manifest], snap: Snapshot, rerun: str, skip: str = ""
 ) -> GpuVerdict:
     """Run the GPU tests of `chapters` on the snapshot and report them; without CUDA (or when
-    `skip` gives a reason) say in one line that they did not run, and why."""
+    `skip` gives a reason) say in one line that they did not run, why, and that `rerun` (the
+    command that judged this tree) runs them on a machine with CUDA."""
     tests = [test for m in chapters for test in m.gpu_tests]
     if not tests:
         return GpuVerdict(True)
     names = ", ".join(tests)
-    rerun = f"{PYTHON} tools/steps.py test {k}"
     devices = Devices(None, False, skip) if skip else probe_devices(snap.root, course.root)
     if devices.device is None:
         why = devices.why_not or "no CUDA device in this environment"
@@ -88,7 +87,9 @@ def judge_gpu(
         )
         return GpuVerdict(True)
     library = "FlashInfer" if devices.flashinfer else "no FlashInfer: its tests skip"
-    console.print(f"Running {len(tests)} GPU tests on your tree ({devices.device}, {library}) ...")
+    console.print(
+        f"Running chapter {k}'s GPU tests on your tree ({escape(devices.device)}, {library}) ..."
+    )
     run = run_chapter_tests(
         course,
         tests,

@@ -194,7 +194,7 @@ class Course:
             defined = functions(ast.parse(file.read_text("utf-8")))
             name = ".".join(names).split("[")[0]
             if not name.rsplit(".", 1)[-1].startswith("test") or name not in defined:
-                return f"{test}: {path} defines no test {name}"
+                return f"{test}: no such test in {path}"
         return None
 
     def _stub_problems(self, where: str, k: int, m: Manifest, stub: str, exists) -> list[str]:
