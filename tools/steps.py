@@ -3,7 +3,7 @@
 Student commands (they work on your tree in work/minisgl/ and never lose your code):
     .venv/bin/python tools/steps.py list                 chapters and your status
     .venv/bin/python tools/steps.py start K [--force]    copy chapter K's stub files into work/
-    .venv/bin/python tools/steps.py test K               chapter K's tests, then its main
+    .venv/bin/python tools/steps.py test K               chapter K's tests, its main, its GPU tests
     .venv/bin/python tools/steps.py watch K              test K again each time you save a file
     .venv/bin/python tools/steps.py tree K               snapshot K's files: new / modified / early
 Instructors:
@@ -12,6 +12,7 @@ Maintainers (CI):
     .venv/bin/python tools/steps.py check [K]     reference passes, stubs fail, outputs unchanged
     .venv/bin/python tools/steps.py capture [K]   rewrite docs/_outputs/ from the reference mains
     .venv/bin/python tools/steps.py mutate [K]    run the catalogue of wrong answers on the tests
+    .venv/bin/python tools/steps.py mutate K --write DIR [--only TEXT]   a tree with one mistake
     .venv/bin/python tools/steps.py sync [--check]   regenerate chapters/*/skeleton/
 """
 
