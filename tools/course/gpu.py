@@ -115,7 +115,8 @@ def judge_gpu(
     failed = run.failures
     if failed:
         case = failed[0]
-        print_failure(course, k, snap, run, case, defining_file(course, tests, case), rerun)
+        test_file = defining_file(course, tests, case)
+        print_failure(course, k, snap, run, case, test_file, rerun, "First GPU failure")
     named = ", ".join(case.name for case in failed) or run.verdict
     return GpuVerdict(False, f"the GPU tests fail: {named}")
 
