@@ -5,16 +5,15 @@ student writes (`path:function` or `path:Class.method`), the later files or symb
 needs as given code (`early`) and, optionally, the `gpu_tests` that judge the chapter on a GPU
 (`tests/test_gpu_x.py` or `tests/test_gpu_x.py::test_name`). Paths in the first four lists are
 relative to solutions/minisgl/; `docs`, `main`, `tests` and `gpu_tests` are relative to the
-repository root. Nothing else in the repository lists the
-chapters: every tool discovers them here.
+repository root. Nothing else in the repository lists the chapters: every tool discovers them
+here.
 """
 
 from __future__ import annotations
 
 import ast
-import dataclasses
 import sys
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 from course.errors import CourseError
@@ -51,16 +50,13 @@ class Manifest:
 
     @classmethod
     def load(cls, path: Path) -> Manifest:
-        required = [
-            f.name
-            for f in dataclasses.fields(cls)
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        ]
+        optional = {f.name for f in fields(cls) if f.default_factory is not MISSING}
         try:
             data = tomllib.loads(path.read_text("utf-8"))
-            given = {name: data[name] for name in required}
-            optional = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
-            return cls(**(optional | given))
+            given = [
+                name for name in cls.__dataclass_fields__ if name in data or name not in optional
+            ]
+            return cls(**{name: data[name] for name in given})  # a required one missing: KeyError
         except (tomllib.TOMLDecodeError, KeyError, TypeError) as error:
             raise CourseError(f"{path}: not a valid chapter manifest ({error})") from None
 
