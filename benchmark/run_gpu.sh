@@ -8,6 +8,7 @@
 #   benchmark/run_gpu.sh profile                             # a prefill and a decode step's kernels
 #   benchmark/run_gpu.sh attention,launch                    # FlashInfer's decode alone; launch costs
 #   benchmark/run_gpu.sh tp                                  # on nvidia-h200-x2: TP=1 and TP=2
+#   benchmark/run_gpu.sh verdict                             # the judge's GPU verdict, chapter 18
 #
 # Expects the wheels in .whl/ and the SmolLM2 tokenizer files in .gpu/tokenizer/ (see
 # benchmark/gpu_report.md): the tiny checkpoints are rebuilt there, byte for byte as here.
@@ -68,6 +69,43 @@ for stage in ${STAGES//,/ }; do
     tp)  # chapter 16, two GPUs: Qwen3-8B shape at TP=1 and TP=2, all-reduce time per step
       python3 benchmark/tp.py --tp 1,2 --checkpoint build/qwen3-8b-random ${TP_ARGS:-} \
           --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/tp.log" ;;
+    verdict)  # steps.py test 18 on a chapter 18 tree: reference bodies pass, then the
+      # rebinding mistake of replay (the graph keeps reading the input ids it captured) must
+      # fail the GPU test that compares graph replays with eager decode, naming it.
+      log=$OUT/verdict.log; : > "$log"
+      if ! python3 -c 'import rich' 2>/dev/null; then  # the judge's reports are drawn with rich
+        echo "verdict: steps.py needs rich: put its wheels in .whl/ (rich, markdown-it-py," \
+            "mdurl, pygments)" | tee -a "$log"
+        continue
+      fi
+      # The main runs on the GPU with a FlashInfer head size: SmolLM2 if it is here, else the
+      # random Qwen3-0.6B of the benchmarks (built once under build/, offline).
+      if [[ -z ${MINISGL_MODEL:-} && ! -f models/SmolLM2-135M-Instruct/config.json ]]; then
+        MINISGL_MODEL=$(python3 -c 'import sys, torch; sys.path.insert(0, "benchmark")
+from offline import RANDOM_MODEL, resolve_model
+print(resolve_model(RANDOM_MODEL, torch.bfloat16))' | tail -1) || exit 1
+        export MINISGL_MODEL
+      fi
+      judge() {  # judge NAME EXPECTED_STATUS [--only TEXT]: write the tree, judge it, compare
+        local name=$1 expected=$2; shift 2
+        python3 tools/steps.py mutate 18 --write "build/verdict/$name" "$@" 2>&1 | tee -a "$log"
+        # Wide lines: the verdict that names the failing GPU test stays on one line. The CPU
+        # tests get more than a student's 30 s each: this stage is about the GPU verdict.
+        COLUMNS=300 python3 tools/steps.py test 18 --work "build/verdict/$name" --test-timeout 120 \
+            2>&1 | tee -a "$log"
+        local status=${PIPESTATUS[0]}
+        echo "verdict $name: exit $status (expected $expected)" | tee -a "$log"
+        [[ $status == "$expected" ]]
+      }
+      named=test_cuda_graphs_give_the_same_tokens_as_eager_decode
+      judge reference 0; reference=$?
+      judge rebinding 1 --only "rebinds the fixed input ids"; rebinding=$?
+      grep -q "chapter 18 FAILED: .*the GPU tests fail: .*$named" "$log"; named_it=$?
+      if (( reference || rebinding || named_it )); then
+        echo "verdict stage: NOT as expected (see above)" | tee -a "$log"
+      else
+        echo "verdict stage: as expected; the rebinding's verdict names $named" | tee -a "$log"
+      fi ;;
     timeline)
       python3 benchmark/overlap_timeline.py --out "$OUT/overlap_h200.svg" \
           2>&1 | tee "$OUT/timeline.log" ;;

@@ -44,6 +44,38 @@ def test_auto_backend_is_torch_wherever_flashinfer_cannot_run(device, dtype, hea
     assert resolve_backend("flashinfer", setup("cpu")) == "flashinfer"  # an explicit choice stays
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gather_page_indices_never_waits_for_the_gpu():
+    """Every step gathers its pages on the device. Under torch's sync debug mode a `.tolist()`,
+    an `.item()` or a repeat_interleave without output_size raises (each one would stall the
+    host every step, as the CPU tests' guard says); the pages are FlashInfer's int32, and each
+    request's are the pages of its table row."""
+    from minisgl.attention.fi import gather_page_indices, page_lists
+
+    page_size, pages_per_row = 16, 20
+    rows, seq_lens = [5, 0, 9, 2], [1, 16, 17, 300]
+    page_of = torch.randperm(10 * pages_per_row, dtype=torch.int32).view(10, pages_per_row)
+    slots = page_of[:, :, None] * page_size + torch.arange(page_size, dtype=torch.int32)
+    lists = page_lists(seq_lens, seq_lens, page_size)
+    on_gpu = dict(device="cuda", dtype=torch.int32)
+    inputs = (
+        slots.view(10, pages_per_row * page_size).cuda(),
+        torch.tensor(rows, device="cuda"),
+        torch.tensor(lists.num_pages, **on_gpu),
+        torch.tensor(lists.kv_indptr, **on_gpu),
+    )
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        pages = gather_page_indices(*inputs, lists.kv_indptr[-1], page_size)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    expected = torch.cat([page_of[row, :n] for row, n in zip(rows, lists.num_pages)])
+    assert pages.dtype == torch.int32, "FlashInfer's kernels read int32 page indices"
+    assert torch.equal(pages.cpu(), expected)
+
+
 @pytest.fixture(scope="module")
 def qwen3_h128(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random 4-layer Qwen3 with head_dim 128 and GQA 16/8 (Qwen3-0.6B's attention shape)."""

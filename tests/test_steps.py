@@ -141,6 +141,12 @@ MANIFESTS = {  # number: (slug, new, modified, stubs, early)
 }
 
 
+def torch_has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def toml_list(items: list[str]) -> str:
     return "[" + ", ".join(f'"{item}"' for item in items) + "]"
 
@@ -411,6 +417,121 @@ def test_all_runs_the_earlier_chapters_across_a_gap_in_the_plan(course: Path):
     code, out = run(course, "test", "3", "--all")
     assert code == 0, out
     assert "Running chapter 3 tests and chapters 1, 0 on your tree" in out
+
+
+# --- test: the GPU verdict ---------------------------------------------------------------------
+
+GPU_TEST_0 = """import pytest
+from minisgl.calc import add
+
+
+def test_add_large_numbers():
+    assert add(2**40, 1) == 2**40 + 1
+
+
+@pytest.mark.skip(reason="needs two GPUs")
+def test_add_on_two_gpus():
+    pass
+"""
+
+
+def with_gpu_tests(course: Path, *tests: str) -> None:
+    """Give chapter 0 a GPU test file and name `tests` in its manifest's gpu_tests."""
+    (course / "tests/test_gpu_calc.py").write_text(GPU_TEST_0)
+    manifest = course / "chapters/ch00_basics/chapter.toml"
+    kept = [line for line in manifest.read_text().splitlines() if "gpu_tests" not in line]
+    manifest.write_text("\n".join(kept + [f"gpu_tests = {toml_list(list(tests))}"]) + "\n")
+
+
+def test_a_gpu_test_that_does_not_exist_is_a_manifest_error(course: Path):
+    with_gpu_tests(course, "tests/test_gpu_calc.py::test_add_large_numbers[x]")
+    assert Course.load(course).inconsistencies() == []
+    with_gpu_tests(course, "tests/test_gpu_calc.py::test_nothing", "tests/test_gpu_none.py")
+    code, out = run(course, "check", "0")
+    assert code == 2, out
+    out = " ".join(out.split())
+    assert "test_nothing: no such test in tests/test_gpu_calc.py" in out
+    assert "gpu_tests: tests/test_gpu_none.py is not a test file under tests/" in out
+
+
+@pytest.mark.skipif(torch_has_cuda(), reason="this machine has CUDA: the GPU tests would run")
+def test_without_cuda_the_gpu_tests_are_skipped_in_one_line_that_says_why(course: Path):
+    with_gpu_tests(course, "tests/test_gpu_calc.py")
+    run(course, "start", "0")
+    shutil.copy(course / "solutions/minisgl/calc.py", course / "work/minisgl/calc.py")
+    code, out = run(course, "test", "0")
+    out = " ".join(out.split())
+    assert code == 0 and "chapter 0 PASSED: 2 tests and the main pass" in out, out
+    assert (
+        "GPU tests skipped (no CUDA device in this environment): tests/test_gpu_calc.py; on a "
+        "machine with CUDA and FlashInfer, .venv/bin/python tools/steps.py test 0 runs them too"
+    ) in out
+    code, out = run(course, "test", "0", "--no-gpu")
+    assert code == 0 and "GPU tests skipped (--no-gpu)" in out, out
+
+
+def test_with_cuda_the_gpu_tests_judge_the_students_tree(
+    course: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    """torch.cuda.is_available() faked: the judge runs the GPU tests after the CPU tests, in
+    the same sandbox, lists the skipped ones with their reason, and a failing one fails the
+    chapter by name."""
+    from course import gpu
+
+    monkeypatch.setattr(gpu, "probe_devices", lambda tree, cwd: gpu.Devices("Fake H200", True))
+    with_gpu_tests(course, "tests/test_gpu_calc.py")
+    run(course, "start", "0")
+    calc = course / "work/minisgl/calc.py"
+    shutil.copy(course / "solutions/minisgl/calc.py", calc)
+
+    def judge() -> tuple[int, str]:
+        code = steps.main(["--root", str(course), "test", "0"])
+        return code, " ".join(capsys.readouterr().out.split())
+
+    code, out = judge()
+    assert code == 0, out
+    assert "Running chapter 0's GPU tests on your tree (Fake H200, FlashInfer)" in out
+    assert "skipped test_add_on_two_gpus: needs two GPUs" in out
+    assert "chapter 0 PASSED: 2 tests, the main and 1 GPU tests pass" in out
+
+    calc.write_text(calc.read_text().replace("return a + b", "return (a + b) % 2**32"))
+    code, out = judge()
+    assert code == 1 and "2 tests passed" in out, "the CPU tests miss this mistake"
+    assert "✗ test_add_large_numbers" in out and "assert 1 == ((2 ** 40) + 1)" in out
+    assert "chapter 0 FAILED: the GPU tests fail: test_add_large_numbers" in out
+    assert "in progress" in run(course, "list")[1], "a GPU failure is a failed chapter"
+
+    calc.write_text(calc.read_text().replace("return (a + b) % 2**32", "return a - b"))
+    code, out = judge()
+    assert code == 1, "the GPU tests run also when the CPU tests fail, and say so"
+    assert "chapter 0 FAILED: 1 failing tests; the GPU tests fail: test_add_large_numbers" in out
+
+
+def test_the_sandbox_keeps_the_callers_import_path_after_the_tree(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    from course.runner import TOOLS, sandbox_env
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/tmp/site", "", "/opt/solutions"]))
+    path = sandbox_env(tmp_path)["PYTHONPATH"].split(os.pathsep)
+    assert path == [str(tmp_path), str(TOOLS), "/tmp/site", "/opt/solutions"]
+
+
+def test_mutate_writes_one_mistake_into_a_tree_that_test_work_judges(course: Path, tmp_path: Path):
+    (course / "chapters/ch00_basics/mutations.toml").write_text(MUTATIONS_0.format(equivalent=""))
+    tree = tmp_path / "skips"
+    code, out = run(course, "mutate", "0", "--write", str(tree), "--only", "skips the first")
+    assert code == 0 and "math.fsum(self.items[1:])" in (tree / "calc.py").read_text(), out
+    code, out = run(course, "test", "0", "--work", str(tree))
+    assert code == 1 and "✗ test_total" in out and "chapter 0 FAILED" in out, out
+    assert "not started" in run(course, "list")[1], "another tree's verdict is not the student's"
+    code, out = run(course, "mutate", "0", "--write", str(tmp_path / "ref"))
+    assert code == 0 and run(course, "test", "0", "--work", str(tmp_path / "ref"))[0] == 0, out
+    code, out = run(course, "mutate", "0", "--write", str(tree), "--only", "item")
+    assert code == 2 and "matches 2 mistakes of chapter 0 (need 1)" in out, out
+    code, out = run(course, "mutate", "0", "--only", "skips the first")
+    assert code == 0 and "chapter 0: 1/1 mutants killed" in out, out
+    assert not (course / REPORT).exists(), "a partial run leaves the report alone"
 
 
 def broken_student(course: Path, line: str) -> None:

@@ -3,7 +3,7 @@
 Student commands (they work on your tree in work/minisgl/ and never lose your code):
     .venv/bin/python tools/steps.py list                 chapters and your status
     .venv/bin/python tools/steps.py start K [--force]    copy chapter K's stub files into work/
-    .venv/bin/python tools/steps.py test K               chapter K's tests, then its main
+    .venv/bin/python tools/steps.py test K               chapter K's tests, its main, its GPU tests
     .venv/bin/python tools/steps.py watch K              test K again each time you save a file
     .venv/bin/python tools/steps.py tree K               snapshot K's files: new / modified / early
 Instructors:
@@ -12,6 +12,7 @@ Maintainers (CI):
     .venv/bin/python tools/steps.py check [K]     reference passes, stubs fail, outputs unchanged
     .venv/bin/python tools/steps.py capture [K]   rewrite docs/_outputs/ from the reference mains
     .venv/bin/python tools/steps.py mutate [K]    run the catalogue of wrong answers on the tests
+    .venv/bin/python tools/steps.py mutate K --write DIR [--only TEXT]   a tree with one mistake
     .venv/bin/python tools/steps.py sync [--check]   regenerate chapters/*/skeleton/
 """
 
@@ -35,6 +36,7 @@ from course import CourseError
 from course.batch import cmd_grade
 from course.mutate import REPORT, cmd_mutate
 from course.manifest import Course
+from course.gpu import judge_gpu
 from course.checks import (
     MAIN_TIMEOUT_S,
     TEST_TIMEOUT_S,
@@ -108,12 +110,15 @@ def cmd_start(course: Course, args: argparse.Namespace) -> int:
 
 
 def cmd_test(course: Course, args: argparse.Namespace) -> int:
-    """Assemble snapshot K from the student's tree; run K's tests, then its main; report."""
+    """Assemble snapshot K from the student's tree; run K's tests, then its main, then its GPU
+    tests where there is CUDA; report."""
     k, m, store = args.chapter, course.chapter(args.chapter), progress(course)
     root = course.root / BUILD / "student" / f"{k:02d}"
+    work = args.work.resolve() if args.work else None
+    recorded = not args.select and work is None  # a partial run, or another tree, is no status
 
     def verdict(ok: bool, why: str) -> int:
-        if not args.select:
+        if recorded:
             store.update(k, status="passed" if ok else "failed", strict=args.strict)
         console.print(
             f"[bold {'green' if ok else 'red'}]chapter {k} "
@@ -122,7 +127,7 @@ def cmd_test(course: Course, args: argparse.Namespace) -> int:
         return 0 if ok else 1
 
     try:
-        snap = build_snapshot(course, k, "student", root)
+        snap = build_snapshot(course, k, "student", root, work=work)
     except CourseError as err:
         return verdict(False, f"{err} (fix this syntax error first)")
     if args.verbose:
@@ -135,21 +140,24 @@ def cmd_test(course: Course, args: argparse.Namespace) -> int:
         )
     earlier = [course.chapters[j] for j in sorted(course.chapters, reverse=True) if j < k]
     chapters = [m] + (earlier if args.all or args.strict else [])  # a gap: a chapter not written
-    edited = edited_test_files(course, [c.tests for c in chapters])
+    gpu_files = dict.fromkeys(t.split("::")[0] for c in chapters for t in c.gpu_tests)
+    edited = edited_test_files(course, [c.tests for c in chapters] + list(gpu_files))
     if edited:
         return verdict(
             False,
             f"{', '.join(edited)} differ from the committed version "
             "(restore with `git checkout -- <file>`)",
         )
+    tree_name = escape(str(work)) if work else "work/minisgl/"
     also = ", ".join(str(c.number) for c in chapters[1:])
     label = f"chapter {k} tests" + (f" and chapters {also}" if also else "")
-    console.print(f"Running {label} on your tree (work/minisgl/) ...")
+    console.print(f"Running {label} on your tree ({tree_name}) ...")
     extra = ["-k", args.select] if args.select else []
     tests = run_chapter_tests(
         course, [c.tests for c in chapters], root, 1, args.test_timeout, extra, label
     )
-    rerun = f"{PYTHON} tools/steps.py test {k} -k "
+    rerun = f"{PYTHON} tools/steps.py test {k}" + (f" --work {args.work}" if work else "")
+    problems: list[str] = []
     if not tests.ok:
         console.print(
             f"[red]{escape(tests.verdict)}[/] ({tests.seconds:.0f} s); {len(tests.passed)} passed"
@@ -158,33 +166,50 @@ def cmd_test(course: Course, args: argparse.Namespace) -> int:
         case = tests.failures[0] if tests.failures else None
         if case is not None:
             test_file = course.root / chapters[0].tests
-            again = rerun.removesuffix(" -k ") if case.is_collection else rerun + case.name
+            again = rerun if case.is_collection else f"{rerun} -k {case.name}"
             print_failure(course, k, snap, tests, case, test_file, again)
         elif tests.hung:
             console.print(f"Hint: {tests.hung} never finished: does your code loop forever?")
-        return verdict(False, f"{len(tests.failures) or 'no'} failing tests")
-    console.print(f"[green]{len(tests.passed)} tests passed[/] ({tests.seconds:.0f} s)")
+        problems.append(f"{len(tests.failures) or 'no'} failing tests")
+    else:
+        console.print(f"[green]{len(tests.passed)} tests passed[/] ({tests.seconds:.0f} s)")
     if args.select:
-        return verdict(True, f"the tests matching -k {args.select} pass")
-    main = run_main(course.root / m.main, root, course.root, args.main_timeout, sandbox_env(root))
-    if not main.ok:
-        console.print(escape(main.output.strip()[-1500:]))
-        return verdict(False, f"the main {m.main} {main.verdict}")
-    console.print(f"[green]main {m.main} ran[/] ({main.seconds:.0f} s)")
+        return verdict(
+            tests.ok, problems[0] if problems else f"the tests matching -k {args.select} pass"
+        )
+    if tests.ok:
+        main = run_main(
+            course.root / m.main, root, course.root, args.main_timeout, sandbox_env(root)
+        )
+        if main.ok:
+            console.print(f"[green]main {m.main} ran[/] ({main.seconds:.0f} s)")
+        else:
+            console.print(escape(main.output.strip()[-1500:]))
+            problems.append(f"the main {m.main} {main.verdict}")
+    gpu = judge_gpu(course, k, chapters, snap, rerun, "--no-gpu" if args.no_gpu else "")
+    if not gpu.ok:
+        problems.append(gpu.why)
+    if problems:
+        return verdict(False, "; ".join(problems))
     following = (
         f"{PYTHON} tools/steps.py start {k + 1}"
         if k + 1 in course.chapters
         else "you finished the last chapter"
     )
     console.print(f"Next: {following}; practice: {PYTHON} practice/judge.py list --chapter {k}")
-    return verdict(True, f"{len(tests.passed)} tests and the main pass")
+    passed = f"{len(tests.passed)} tests" + (
+        f", the main and {gpu.passed} GPU tests" if gpu.passed else " and the main"
+    )
+    return verdict(True, f"{passed} pass")
 
 
 def cmd_watch(course: Course, args: argparse.Namespace) -> int:
     """Run `test K` now and again each time a file under work/ changes, until Ctrl-C."""
 
+    tree, shown = (args.work, str(args.work)) if args.work else (course.work, "work/minisgl/")
+
     def stamp() -> dict[Path, int]:
-        return {p: p.stat().st_mtime_ns for p in course.work.rglob("*.py") if p.is_file()}
+        return {p: p.stat().st_mtime_ns for p in tree.rglob("*.py") if p.is_file()}
 
     seen = None
     try:
@@ -195,7 +220,7 @@ def cmd_watch(course: Course, args: argparse.Namespace) -> int:
                 console.clear()
                 cmd_test(course, args)
                 console.print(
-                    f"[dim]Watching work/minisgl/ for changes (chapter {args.chapter});"
+                    f"[dim]Watching {escape(shown)} for changes (chapter {args.chapter});"
                     " Ctrl-C to stop.[/]"
                 )
             time.sleep(WATCH_POLL_S)
@@ -298,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--verbose", action="store_true", help="show where each file came from")
         p.add_argument("--test-timeout", type=float, default=TEST_TIMEOUT_S, help="s per test")
         p.add_argument("--main-timeout", type=float, default=MAIN_TIMEOUT_S, help="s for the main")
+        p.add_argument("--no-gpu", action="store_true", help="skip the GPU tests even with CUDA")
+        p.add_argument("--work", type=Path, help="judge this tree instead of work/minisgl/")
     command("tree", cmd_tree, "the files of snapshot K", "1")
     grade = command("grade", cmd_grade, "instructors: grade many students' work/ trees")
     grade.add_argument("--submissions", type=Path, required=True, help="a folder per student")
@@ -314,6 +341,14 @@ def main(argv: list[str] | None = None) -> int:
     mutate.add_argument("--sample", type=int, help="run only this many mutants (CI)")
     mutate.add_argument("--seed", type=int, default=0, help="which sample")
     mutate.add_argument("--jobs", type=int, default=2, help="mutants tested at once")
+    mutate.add_argument("--only", help="only the mutations whose mistake contains this text")
+    mutate.add_argument(
+        "--write",
+        type=Path,
+        metavar="DIR",
+        help="run nothing: write chapter K's tree with the reference bodies (and the one --only "
+        "mistake) to DIR, for `test K --work DIR`",
+    )
     report = argparse.BooleanOptionalAction
     mutate.add_argument("--report", action=report, default=True, help=f"update {REPORT}")
     sync = command("sync", cmd_sync, "maintainer: regenerate chapters/*/skeleton/")

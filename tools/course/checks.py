@@ -8,6 +8,7 @@ problem is sound by the same rule: the solution passes every test, the starter f
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
@@ -33,16 +34,17 @@ def run_chapter_tests(
     test_timeout: float = TEST_TIMEOUT_S,
     extra: list[str] | None = None,
     label: str = "",
+    run_timeout: float = RUN_TIMEOUT_S,
 ) -> Run:
-    """Run the course's chapter test files on the snapshot at `tree` (the judge, batch grading
-    and mutants all grade this way)."""
+    """Run the course's chapter test files (or node ids) on the snapshot at `tree` (the judge,
+    its GPU verdict, batch grading and mutants all grade this way)."""
     return run_pytest(
         label or ", ".join(test_files),
         test_files,
         course.root,
         sandbox_env(tree, jobs, MINISGL_TREE=str(tree)),
         tree / "results.jsonl",
-        RUN_TIMEOUT_S,
+        run_timeout,
         test_timeout,
         extra,
     )
@@ -165,7 +167,7 @@ def check_chapters(
 def edited_test_files(course: Course, paths: list[str]) -> list[str]:
     """The test files that differ from their committed version (in a git checkout): a judge
     must grade with the course's tests, not with tests a student edited."""
-    if not (course.root / ".git").exists():
+    if not (course.root / ".git").exists() or shutil.which("git") is None:  # a bare copy
         return []
     edited = []
     for path in paths:

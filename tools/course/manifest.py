@@ -1,17 +1,19 @@
 """The chapter manifests (chapters/chNN_slug/chapter.toml) and the ownership they imply.
 
 A manifest names its chapter's `new` files, the earlier files it `modified`, the `stubs` the
-student writes (`path:function` or `path:Class.method`) and the later files or symbols its main
-needs as given code (`early`). Paths in those lists are relative to solutions/minisgl/; `docs`,
-`main` and `tests` are relative to the repository root. Nothing else in the repository lists the
-chapters: every tool discovers them here.
+student writes (`path:function` or `path:Class.method`), the later files or symbols its main
+needs as given code (`early`) and, optionally, the `gpu_tests` that judge the chapter on a GPU
+(`tests/test_gpu_x.py` or `tests/test_gpu_x.py::test_name`). Paths in the first four lists are
+relative to solutions/minisgl/; `docs`, `main`, `tests` and `gpu_tests` are relative to the
+repository root. Nothing else in the repository lists the chapters: every tool discovers them
+here.
 """
 
 from __future__ import annotations
 
 import ast
 import sys
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 from course.errors import CourseError
@@ -40,6 +42,7 @@ class Manifest:
     modified: list[str]
     stubs: list[str]
     early: list[str]
+    gpu_tests: list[str] = field(default_factory=list)  # run after the others where CUDA is
 
     @property
     def name(self) -> str:
@@ -47,9 +50,13 @@ class Manifest:
 
     @classmethod
     def load(cls, path: Path) -> Manifest:
+        optional = {f.name for f in fields(cls) if f.default_factory is not MISSING}
         try:
             data = tomllib.loads(path.read_text("utf-8"))
-            return cls(**{name: data[name] for name in cls.__dataclass_fields__})
+            given = [
+                name for name in cls.__dataclass_fields__ if name in data or name not in optional
+            ]
+            return cls(**{name: data[name] for name in given})  # a required one missing: KeyError
         except (tomllib.TOMLDecodeError, KeyError, TypeError) as error:
             raise CourseError(f"{path}: not a valid chapter manifest ({error})") from None
 
@@ -165,7 +172,26 @@ class Course:
                     out.append(f"{where}: early {item} must be a file or stub of a later chapter")
                 elif symbol and path not in self.files(k):
                     out.append(f"{where}: early {item}: {path} is not in snapshot {k}")
+            out += [
+                f"{where}: gpu_tests: {why}"
+                for why in map(self._gpu_test_problem, m.gpu_tests)
+                if why
+            ]
         return out
+
+    def _gpu_test_problem(self, test: str) -> str | None:
+        """What is wrong with a `gpu_tests` entry: a test file under tests/, or one test of it
+        (`file::function`, `file::Class::method`; a parametrized id's `[...]` is ignored)."""
+        path, *names = test.split("::")
+        file = self.root / path
+        if not (path.startswith("tests/test_") and path.endswith(".py") and file.is_file()):
+            return f"{path} is not a test file under tests/"
+        if names:
+            defined = functions(ast.parse(file.read_text("utf-8")))
+            name = ".".join(names).split("[")[0]
+            if not name.rsplit(".", 1)[-1].startswith("test") or name not in defined:
+                return f"{test}: no such test in {path}"
+        return None
 
     def _stub_problems(self, where: str, k: int, m: Manifest, stub: str, exists) -> list[str]:
         path, symbol = stub.partition(":")[::2]

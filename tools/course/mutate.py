@@ -34,6 +34,8 @@ from datetime import date
 from dataclasses import dataclass
 from pathlib import Path
 
+from rich.markup import escape
+
 from course.paths import BUILD, PYTHON, STUDENT_TREE
 from course.errors import CourseError
 from course.manifest import Course
@@ -130,18 +132,24 @@ def mutated_file(course: Course, mutation: Mutation) -> str:
     return mutated
 
 
-def run_mutant(course: Course, mutation: Mutation, build: Path, jobs: int = 1) -> Run:
-    """Build the student tree with this one mistake and run the chapter's tests on it."""
-    k = mutation.chapter
-    work = build / STUDENT_TREE
+def write_tree(course: Course, k: int, work: Path, mutation: Mutation | None = None) -> None:
+    """Write to `work` the student tree of chapter k that has every stub's reference body,
+    but for the one mistake `mutation` (none: the answer key)."""
     shutil.rmtree(work, ignore_errors=True)
     for path in course.files(k):
         target = work / path
         target.parent.mkdir(parents=True, exist_ok=True)
+        mutated = mutation is not None and path == mutation.path
         target.write_text(
-            mutated_file(course, mutation) if path == mutation.path else course.reference(path),
-            "utf-8",
+            mutated_file(course, mutation) if mutated else course.reference(path), "utf-8"
         )
+
+
+def run_mutant(course: Course, mutation: Mutation, build: Path, jobs: int = 1) -> Run:
+    """Build the student tree with this one mistake and run the chapter's tests on it."""
+    k = mutation.chapter
+    work = build / STUDENT_TREE
+    write_tree(course, k, work, mutation)
     root = build / "tree"
     build_snapshot(course, k, "student", root, work=work)
     label = f"{mutation.stub}: {mutation.mistake}"
@@ -158,12 +166,16 @@ def sample(mutations: list[Mutation], size: int, seed: int) -> list[Mutation]:
 
 def cmd_mutate(course: Course, args: argparse.Namespace) -> int:
     """Check every catalogue, run the mutants (all, or a fixed-seed sample), report."""
+    if args.write:
+        return write_mutant(course, args)
     chapters = [args.chapter] if args.chapter is not None else sorted(course.chapters)
     catalogue = {k: load_mutations(course, k) for k in chapters}
+    if args.only:
+        catalogue = {k: [m for m in ms if args.only in m.mistake] for k, ms in catalogue.items()}
     problems = [
         f"chapter {k} has {len(ms)} mutations (at least {MIN_PER_CHAPTER} needed)"
         for k, ms in catalogue.items()
-        if len(ms) < MIN_PER_CHAPTER
+        if len(ms) < MIN_PER_CHAPTER and not args.only
     ]
     everything = []
     for mutation in (m for ms in catalogue.values() for m in ms):
@@ -202,10 +214,32 @@ def cmd_mutate(course: Course, args: argparse.Namespace) -> int:
     for problem in problems:
         console.print(f"  [red]-[/] {problem}")
     console.print(f"{len(chosen)} mutants in {time.monotonic() - started:.0f} s")
-    if args.report and not args.sample:
+    if args.report and not args.sample and not args.only:
         write_report(course, rows, survivors, [m for m in chosen if m.equivalent], args)
     weak = [k for k, killed, total in rows if total and killed < TARGET_KILL_RATE * total]
-    return 1 if problems or (survivors if args.sample else weak) else 0
+    return 1 if problems or (survivors if args.sample or args.only else weak) else 0
+
+
+def write_mutant(course: Course, args: argparse.Namespace) -> int:
+    """`mutate K --write DIR [--only TEXT]`: chapter K's tree with the reference bodies, and
+    the one catalogued mistake that TEXT names, written to DIR to be judged by `test K --work`
+    (on a GPU, say, where the chapter's GPU tests run too)."""
+    if args.chapter is None:
+        raise CourseError("--write needs a chapter: mutate K --write DIR")
+    k = args.chapter
+    mutation = None
+    if args.only:
+        found = [m for m in load_mutations(course, k) if args.only in m.mistake]
+        if len(found) != 1:
+            raise CourseError(
+                f"--only {args.only!r} matches {len(found)} mistakes of chapter {k} (need 1)"
+            )
+        mutation = found[0]
+    write_tree(course, k, args.write, mutation)
+    what = f"{mutation.stub}: {mutation.mistake}" if mutation else "the reference bodies"
+    console.print(f"wrote chapter {k}'s tree with {escape(what)} to {args.write}")
+    console.print(f"judge it: {PYTHON} tools/steps.py test {k} --work {args.write}")
+    return 0
 
 
 def write_report(

@@ -142,9 +142,10 @@ def print_failure(
     case: TestCase,
     test_file: Path,
     rerun: str,
+    title: str = "First failure",
 ) -> None:
     """The first failure, explained in at most ~30 lines."""
-    console.print(f"\n[bold]First failure:[/] {escape(case.name)}")
+    console.print(f"\n[bold]{title}:[/] {escape(case.name)}")
     # A module that failed to import says why at the end of its traceback.
     message = (
         case.message

@@ -151,16 +151,19 @@ def kill_group(proc: subprocess.Popen) -> None:
 
 
 def sandbox_env(pythonpath: Path, jobs: int = 1, **extra: str) -> dict[str, str]:
-    """The environment of a sandboxed run: only `pythonpath`'s packages shadow the installed ones.
+    """The environment of a sandboxed run: `pythonpath` (the tree under test) comes first on the
+    import path, so its `minisgl` shadows every other; then tools/ (the pytest plugin, and no
+    minisgl); then the caller's PYTHONPATH entries, for packages installed outside the venv
+    (FlashInfer under /tmp/site on the GPU machine, see benchmark/run_gpu.sh).
 
     Torch slows down badly when its threads outnumber free cores (chapter 0's tests on a busy
     2-core machine: 8 s with 1 thread, 15-80 s with 2), so each of `jobs` concurrent runs gets
     cores / jobs threads, at least one, unless OMP_NUM_THREADS is set."""
     threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // jobs))
-    # tools/ comes after the tree: it holds the pytest plugin, and no minisgl.
+    inherited = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
     return dict(
         os.environ,
-        PYTHONPATH=f"{pythonpath}{os.pathsep}{TOOLS}",
+        PYTHONPATH=os.pathsep.join([str(pythonpath), str(TOOLS), *inherited]),
         OMP_NUM_THREADS=threads,
         PYTHONDONTWRITEBYTECODE="1",
         TQDM_DISABLE="1",
