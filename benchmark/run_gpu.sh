@@ -86,13 +86,20 @@ from offline import RANDOM_MODEL, resolve_model
 print(resolve_model(RANDOM_MODEL, torch.bfloat16))' | tail -1) || exit 1
         export MINISGL_MODEL
       fi
+      # The judge refuses test files that differ from git's HEAD, and the device's copy of
+      # the repository may carry a .git older than its files: judge in a copy without .git,
+      # as in a course unpacked from an archive.
+      course=/tmp/verdict_course; rm -rf "$course"; mkdir -p "$course"
+      tar --exclude=./.git --exclude=./build --exclude=./.whl --exclude=./.ficache -cf - . \
+          | tar -xf - -C "$course"
       judge() {  # judge NAME EXPECTED_STATUS [--only TEXT]: write the tree, judge it, compare
         local name=$1 expected=$2; shift 2
-        python3 tools/steps.py mutate 18 --write "build/verdict/$name" "$@" 2>&1 | tee -a "$log"
+        (cd "$course" && python3 tools/steps.py mutate 18 --write "build/verdict/$name" "$@") \
+            2>&1 | tee -a "$log"
         # Wide lines: the verdict that names the failing GPU test stays on one line. The CPU
         # tests get more than a student's 30 s each: this stage is about the GPU verdict.
-        COLUMNS=300 python3 tools/steps.py test 18 --work "build/verdict/$name" --test-timeout 120 \
-            2>&1 | tee -a "$log"
+        (cd "$course" && COLUMNS=300 python3 tools/steps.py test 18 --work "build/verdict/$name" \
+            --test-timeout 120) 2>&1 | tee -a "$log"
         local status=${PIPESTATUS[0]}
         echo "verdict $name: exit $status (expected $expected)" | tee -a "$log"
         [[ $status == "$expected" ]]
