@@ -13,7 +13,9 @@ CPU every part is host time: the model's forward is computed where it is launche
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
+import pstats
 import sys
 import time
 from pathlib import Path
@@ -24,9 +26,10 @@ from torch.profiler import ProfilerActivity, profile
 from minisgl.benchmark import append_result
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from decode_step import StepParts, fill_decode_batch, profile_steps  # noqa: E402
+from decode_step import fill_decode_batch  # noqa: E402
 from offline import DEFAULT_MODEL  # noqa: E402
 
+StepParts = dict[str, tuple[str, str]]  # part -> (file suffix, function name)
 # The parts of a CPU decode step, none inside another; "the rest" is what none of them covers
 # (picking the batch, the ledgers' advance, the loop itself).
 CPU_STEP_PARTS: StepParts = {
@@ -40,6 +43,26 @@ CPU_STEP_PARTS: StepParts = {
     "results, per request": ("scheduler/scheduler.py", "_process_last_data"),
 }
 WHOLE_STEP = ("scheduler/scheduler.py", "step")
+
+
+def profile_steps(scheduler, steps: int, parts: StepParts) -> dict[str, float]:  # noqa: ANN001
+    """Host milliseconds per step spent in each of `parts` (cumulative, under cProfile)."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(steps):
+        scheduler.step()
+    profiler.disable()
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    return {
+        part: sum(
+            entry[3]
+            for (file, _, func), entry in stats.items()
+            if func == name and file.endswith(suffix)
+        )
+        / steps
+        * 1e3
+        for part, (suffix, name) in parts.items()
+    }
 
 
 def step_parts(scheduler, steps: int) -> dict[str, float]:  # noqa: ANN001

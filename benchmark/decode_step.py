@@ -8,16 +8,15 @@ step in steady decode (schedule, prepare, launch, process the previous results: 
 waits per token); "forward" is the device time of the model's forward alone, measured with CUDA
 events around a replay of the batch's CUDA graph (graphs on) or an eager forward (graphs off).
 
-With `--profile`, the steps of the graphs variant also run under cProfile, and the host time of
-the step's parts (scheduling, input preparation, attention planning, the forward's launch,
-sampling, the previous step's results) is printed per step: where the host's time goes.
+With `--parts`, further steps of the graphs variant run under the step clock of offline.py, and
+the time of a step's parts is printed: scheduling the batch (with its inputs and attention
+plan), launching it, waiting for the previous batch's tokens, processing them. A step that
+waits is bound by the device; one that hardly waits, by the host.
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
-import pstats
 import random
 import sys
 import time
@@ -30,7 +29,7 @@ from minisgl.benchmark.offline import release_gpu_memory
 from minisgl.engine import GraphRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from offline import RANDOM_MODEL, resolve_model  # noqa: E402
+from offline import RANDOM_MODEL, StepClock, resolve_model  # noqa: E402
 
 
 def fill_decode_batch(scheduler, batch_size: int, context: int, max_tokens: int) -> None:  # noqa: ANN001
@@ -56,52 +55,29 @@ def mean_step_seconds(scheduler, steps: int) -> float:  # noqa: ANN001
     return (time.perf_counter() - start) / steps
 
 
-StepParts = dict[str, tuple[str, str]]  # part -> (file suffix, function name)
-# The parts of a scheduler step, by the function that does each: (file suffix, function name).
-STEP_PARTS: StepParts = {
-    "schedule the batch": ("scheduler/scheduler.py", "_schedule_next_batch"),
-    "prepare inputs (table)": ("scheduler/scheduler.py", "_prepare_batch"),
-    "attention plan": ("engine/engine.py", "prepare_batch"),
-    "sampling args": ("engine/sample.py", "prepare"),
-    "forward + sample (launch)": ("engine/engine.py", "forward_batch"),
-    "previous results": ("scheduler/scheduler.py", "_process_last_data"),
-    "whole step": ("scheduler/scheduler.py", "step"),
-}
-
-
-def profile_steps(scheduler, steps: int, parts: StepParts = STEP_PARTS) -> dict[str, float]:  # noqa: ANN001
-    """Host milliseconds per step spent in each of `parts` (cumulative, under cProfile)."""
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for _ in range(steps):
-        scheduler.step()
-    profiler.disable()
-    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
-    per_step = {}
-    for part, (suffix, name) in parts.items():
-        cumulative = sum(
-            entry[3]
-            for (file, _, func), entry in stats.items()
-            if func == name and file.endswith(suffix)
-        )
-        per_step[part] = cumulative / steps * 1e3
-    return per_step
-
-
 def time_steps(  # noqa: ANN001
-    llm, batch_size: int, context: int, warmup: int, steps: int, profile: bool = False
+    llm, batch_size: int, context: int, warmup: int, steps: int, parts: bool = False
 ) -> tuple[float, dict[str, float]]:
-    """Mean wall time of one scheduler step in steady decode, in seconds, and (with `profile`)
-    the host milliseconds per step of its parts, measured on as many further steps."""
+    """Mean wall time of one scheduler step in steady decode, in seconds, and (with `parts`)
+    the milliseconds per step of its parts (the step clock's: scheduling, launching, waiting
+    for the device, processing results), measured on as many further steps."""
     scheduler = llm.scheduler
     fill_decode_batch(scheduler, batch_size, context, warmup + 2 * steps + 4)
     for _ in range(warmup):
         scheduler.step()
     elapsed = mean_step_seconds(scheduler, steps)
-    parts = profile_steps(scheduler, steps) if profile else {}
+    per_step: dict[str, float] = {}
+    if parts:
+        with StepClock() as clock:
+            for _ in range(steps):
+                scheduler.step()
+        per_step = {
+            part: sum(p.get(part, 0.0) for *_, p in clock.steps) / steps * 1e3
+            for part in StepClock.PARTS
+        }
     while scheduler.has_work:
         scheduler.step()
-    return elapsed, parts
+    return elapsed, per_step
 
 
 def time_forward(llm, batch_size: int, repeats: int = 50) -> float:  # noqa: ANN001
@@ -129,7 +105,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--profile", action="store_true", help="host time of a step's parts")
+    parser.add_argument("--parts", action="store_true", help="where a step's time goes")
     args = parser.parse_args()
     from minisgl.llm import LLM
 
@@ -154,8 +130,10 @@ def main() -> int:
                 )
             time_steps(llm, 1, 64, 2, 2)  # first-call costs out of the timing
             for size in sizes:
-                profile = args.profile and variant == "graphs"
-                step, parts = time_steps(llm, size, args.context, args.warmup, args.steps, profile)
+                with_parts = args.parts and variant == "graphs"
+                step, parts = time_steps(
+                    llm, size, args.context, args.warmup, args.steps, with_parts
+                )
                 forward = time_forward(llm, size)
                 print(
                     f"{variant:<12}{size:>6}{step * 1e3:>9.3f}{forward * 1e3:>12.3f}"
@@ -174,17 +152,18 @@ def main() -> int:
                             "forward_s": forward,
                         },
                     )
-                for part, ms in parts.items():
-                    print(f"    {part:<28}{ms:>8.3f} ms of host time per step (cProfile)")
+                if parts:
+                    print("    ms per step: " + ", ".join(f"{k} {v:.3f}" for k, v in parts.items()))
                     if args.json:
                         append_result(
                             args.json,
                             {
-                                "benchmark": "decode_profile",
+                                "benchmark": "decode_step_parts",
                                 "batch": size,
                                 "context": args.context,
-                                "part": part,
-                                "host_ms_per_step": ms,
+                                "step_ms": step * 1e3,
+                                "forward_ms": forward * 1e3,
+                                **{f"{part}_ms": ms for part, ms in parts.items()},
                             },
                         )
         release_gpu_memory()

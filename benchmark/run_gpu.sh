@@ -38,7 +38,7 @@ for stage in ${STAGES//,/ }; do
       python3 -m pytest tests/test_gpu_*.py -v -s \
           -p no:cacheprovider --timeout 150 ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$OUT/gpu_tests.log" ;;
     steps)
-      python3 benchmark/decode_step.py --batch-sizes 1,64,256 --profile --json "$OUT/results.jsonl" \
+      python3 benchmark/decode_step.py --batch-sizes 1,64,256 --parts --json "$OUT/results.jsonl" \
           2>&1 | tee "$OUT/decode_step.log" ;;
     offline)
       python3 benchmark/offline.py --workload official --model random-qwen3-0.6b \

@@ -136,10 +136,34 @@ def test_online_launches_a_server_and_appends_its_figures(tmp_path: Path) -> Non
     assert_provenance(record, "benchmark/online.py")
 
 
-@pytest.mark.parametrize("script", ["decode_step.py", "overlap_timeline.py"])
+@pytest.mark.parametrize(
+    "script", ["decode_step.py", "overlap_timeline.py", "attention_kernels.py", "launch_costs.py"]
+)
 def test_gpu_scripts_import_and_parse_their_flags(script: str) -> None:
     done = run_script(f"benchmark/{script}", "--help")
-    assert done.returncode == 0 and "--model" in done.stdout, done.stderr[-2000:]
+    assert done.returncode == 0 and "usage:" in done.stdout, done.stderr[-2000:]
+
+
+def test_the_step_clock_splits_each_step_of_the_timed_run_into_its_parts() -> None:
+    """Only the last generate's steps are kept (the warm-up's are dropped); every step that
+    launched a batch has its phase and size, and its parts add up to at most its wall time."""
+    from offline import StepClock
+
+    from minisgl.core import SamplingParams
+    from minisgl.llm import LLM
+
+    params = SamplingParams(max_tokens=5, ignore_eos=True)
+    with StepClock() as clock, LLM(str(require_model(MODEL)), show_progress=False) as llm:
+        llm.generate([[1, 2, 3]], params)  # a warm-up: forgotten by the next generate
+        llm.generate([[4, 5, 6, 7], [8, 9]], params)
+    launched = [(phase, size) for phase, size, _, _ in clock.steps if phase != "idle"]
+    assert launched == [("prefill", 2)] + [("decode", 2)] * 4
+    for phase, _, seconds, parts in clock.steps:
+        assert set(parts) <= set(StepClock.PARTS) and sum(parts.values()) <= seconds
+        if phase != "idle":
+            assert {"schedule", "launch"} <= set(parts)
+    ((phase, sizes, count, seconds, parts), *_) = clock.table()
+    assert (phase, sizes, count) == ("prefill", "1-15", 1) and list(parts) == list(StepClock.PARTS)
 
 
 def test_overlap_share_counts_kernel_time_under_a_later_cpu_step() -> None:

@@ -112,12 +112,13 @@ MEASURED_PARAGRAPH = re.compile(r"measur|\bH200s?\b|\b20\d\d-\d\d-\d\d\b", re.IG
 UNITS = r"ms|us|µs|s|(?:output )?tok(?:en)?s/s|(?:output )?tokens per second|requests/s|MiB|%"
 FIGURE_WITH_UNIT = re.compile(rf"(?<![\w.,])\d[\d,]*(?:\.\d+)?(?: ?(?:{UNITS})|x| times)(?![\w/])")
 RESULT_FIGURE = re.compile(r"\{\{result (.+?)\}\}", re.DOTALL)
+RESULT_TABLE = re.compile(r"^\{\{table (.+?)\}\}[ \t]*$", re.MULTILINE | re.DOTALL)
 
 
 def paragraphs(markdown: str) -> list[str]:
     """A page's prose paragraphs and list items, without code, directives, link definitions
     or result figures (the build computes those from their result lines)."""
-    text = RESULT_FIGURE.sub("", FENCE.sub("", markdown))
+    text = RESULT_TABLE.sub("", RESULT_FIGURE.sub("", FENCE.sub("", markdown)))
     text = re.sub(r"`[^`]*`", "", text)
     text = re.sub(r"^(?:::|\[[^\]]+\]: ).*$", "", text, flags=re.MULTILINE)
     blocks = re.split(r"\n\s*\n|\n(?=\s*(?:[-*]|\d+\.|#+) )", text)
@@ -157,6 +158,8 @@ def test_every_measured_figure_comes_from_a_result_line_or_a_captured_output(pag
     for spec in RESULT_FIGURE.findall(FENCE.sub("", markdown)):
         if f"`{{{{result {spec}}}}}`" not in markdown:  # quoted in a code span: not a figure
             directives.result_figure(spec)  # each selects one line and computes
+    for spec in RESULT_TABLE.findall(FENCE.sub("", markdown)):
+        directives.result_table(spec)  # each selects its lines, one per cell, and computes
 
 
 def test_a_result_figure_is_computed_from_the_one_line_it_selects() -> None:
@@ -174,6 +177,37 @@ def test_a_result_figure_is_computed_from_the_one_line_it_selects() -> None:
             directives.result_figure(f"seconds | .1f | {ambiguous}")
     with pytest.raises(PluginError):
         directives.result_figure(f"__import__('os') | s | {line}")
+
+
+def test_a_result_table_has_a_cell_per_line_and_says_what_measured_it() -> None:
+    sys.path.insert(0, str(ROOT / "docs" / "hooks"))
+    import directives
+    from mkdocs.exceptions import PluginError
+
+    lines = "benchmark=attention_kernel page_size=16 date=2026-12-01T19:45"
+    pivot = directives.result_table(f"context x batch | seconds * 1e6 | .1f | {lines}")
+    header, rule, *rows, _, caption = pivot.strip().split("\n")
+    assert header == "| context | batch 64 | batch 256 |" and rule == "|---|---:|---:|"
+    seconds = {
+        (r["context"], r["batch"]): r["seconds"] for _, r in directives.select_results(lines)
+    }
+    assert rows == [
+        f"| {context} | "
+        + " | ".join(f"{seconds[context, batch] * 1e6:.1f}" for batch in (64, 256))
+        + " |"
+        for context in (512, 2048)
+    ]
+    assert caption.startswith("Measured by `python benchmark/attention_kernels.py")
+    per_line = directives.result_table(
+        f"batch context | us: seconds * 1e6; n: batch | .1f | {lines}"
+    )
+    assert per_line.split("\n")[0] == "| batch context | us | n |"
+    with pytest.raises(PluginError):  # two lines for one cell
+        directives.result_table(
+            "batch x layout | seconds | .1f | benchmark=attention_kernel date=2026-12-01T19:45"
+        )
+    with pytest.raises(PluginError):  # no line at all
+        directives.result_table("a x b | seconds | .1f | benchmark=none date=2026-12-01")
 
 
 UPSTREAM = "https://github.com/sgl-project/mini-sglang"

@@ -19,9 +19,15 @@ result line (`benchmark/results/*.jsonl`), chosen by its fields, or from two (`a
     {{result b.seconds / a.seconds | .1f | variant=minisgl date=2026-12-01T16:32 |
              variant=transformers date=2026-12-01T16:31}}
 
-Each selector must match exactly one line and name its date (a field equals the value, quoted
-if it holds spaces; `date` matches by prefix, `file` names the results file without `.jsonl`),
-so a line added later changes no figure. The
+A table of figures is a line of its own: one row per value of a field, one column per value of
+another, each cell computed from the one line that has both values (every line the selector
+matches, which must name its date; the caption says what measured them):
+
+    {{table part x batch | host_ms_per_step | .2f | benchmark=decode_profile date=2026-12-01T17:51}}
+
+Each selector of a figure must match exactly one line and name its date (a field equals the
+value, quoted if it holds spaces; `date` matches by prefix, `file` names the results file
+without `.jsonl`), so a line added later changes no figure. The
 figure is rendered with the command, machine and date of its lines as its tooltip.
 
 On a chapter's page, `::code` folds the body of each of that chapter's own stubs (its manifest's
@@ -73,6 +79,10 @@ DIRECTIVE = re.compile(r"^::(\w+)\s+(\S+)\s*$", re.MULTILINE)
 # A result figure, unless it is quoted in a fenced block or a code span (the guide shows one).
 RESULT_FIGURE = re.compile(
     r"^(```|~~~).*?^\1[ \t]*$|`[^`\n]*`|\{\{result (.+?)\}\}", re.MULTILINE | re.DOTALL
+)
+# A table of figures, a line of its own, unless it is quoted in a fenced block.
+RESULT_TABLE = re.compile(
+    r"^(```|~~~).*?^\1[ \t]*$|^\{\{table (.+?)\}\}[ \t]*$", re.MULTILINE | re.DOTALL
 )
 JUPYTEXT_HEADER = re.compile(r"\A# ---\n(?:#.*\n)*?# ---\n\s*")
 SOLUTION_TITLE = "Reference solution: try it first"
@@ -269,12 +279,12 @@ def result_lines() -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
-def select_result(selector: str) -> tuple[str, dict[str, Any]]:
-    """The one result line whose fields match `key=value ...` (`date` by prefix)."""
+def select_results(selector: str) -> list[tuple[str, dict[str, Any]]]:
+    """The result lines whose fields match `key=value ...` (`date` by prefix)."""
     wanted = dict(pair.split("=", 1) for pair in shlex.split(selector))
     if "date" not in wanted:  # without it, a line added later could match too
         raise PluginError(f"the selector '{selector}' names no date")
-    found = [
+    return [
         (stem, line)
         for stem, line in result_lines()
         if all(
@@ -284,6 +294,11 @@ def select_result(selector: str) -> tuple[str, dict[str, Any]]:
             for key, value in wanted.items()
         )
     ]
+
+
+def select_result(selector: str) -> tuple[str, dict[str, Any]]:
+    """The one result line whose fields match `key=value ...` (`date` by prefix)."""
+    found = select_results(selector)
     if len(found) != 1:
         raise PluginError(f"{len(found)} result lines match '{selector}', not one")
     return found[0]
@@ -323,15 +338,75 @@ def result_figure(spec: str) -> str:
     chosen = [select_result(selector) for selector in selectors]
     labelled = dict(zip("ab", (line for _, line in chosen)))
     names = {**chosen[0][1], **labelled} if len(chosen) == 1 else labelled
-    try:
-        value = evaluate(ast.parse(expression, mode="eval"), names)
-    except (KeyError, TypeError, SyntaxError) as error:
-        raise PluginError(f"cannot compute '{expression}': {error!r}") from None
+    value = compute(expression, names)
     sources = "; ".join(
         f"benchmark/results/{stem}.jsonl: {line['command']} ({line['machine']}, {line['date']})"
         for stem, line in chosen
     )
     return f'<abbr class="measured" title="{html.escape(sources)}">{value:{form}}</abbr>'
+
+
+def compute(expression: str, names: dict[str, Any]) -> Any:
+    """The value of a figure's expression over the fields in `names`."""
+    try:
+        return evaluate(ast.parse(expression, mode="eval"), names)
+    except (KeyError, TypeError, SyntaxError) as error:
+        raise PluginError(f"cannot compute '{expression}': {error!r}") from None
+
+
+def cell(value: Any, form: str) -> str:
+    """A table cell: counts as integers, other figures in the table's format."""
+    return f"{value:,d}" if isinstance(value, int) else f"{value:{form}}"
+
+
+def result_table(spec: str) -> str:
+    """A markdown table of the lines a selector matches, and its caption, in one of two forms:
+
+    `ROW x COLUMN | EXPR | FORMAT | SELECTOR`: one row per value of field ROW and one column per
+    value of COLUMN, each cell EXPR of the one line that has both values;
+    `ROW ... | LABEL: EXPR; ... | FORMAT | SELECTOR`: one row per line, labelled by the values of
+    the ROW fields, and one column per expression.
+    Rows and columns come in the order of the lines."""
+    layout, expressions, form, selector = (part.strip() for part in spec.split("|"))
+    lines = [line for _, line in select_results(selector)]
+    if not lines:
+        raise PluginError(f"no result line matches '{selector}'")
+    if " x " in layout:
+        row_key, column_key = (key.strip() for key in layout.split(" x "))
+        cells: dict[tuple[Any, Any], str] = {}
+        for line in lines:
+            place = (line.get(row_key), line.get(column_key))
+            if place in cells:
+                raise PluginError(
+                    f"two lines of '{selector}' have {row_key}, {column_key} = {place}"
+                )
+            cells[place] = cell(compute(expressions, line), form)
+        rows = list(dict.fromkeys(row for row, _ in cells))
+        columns = list(dict.fromkeys(column for _, column in cells))
+        header = [row_key, *(f"{column_key} {column}" for column in columns)]
+        body = [[str(r), *(cells.get((r, c), "") for c in columns)] for r in rows]
+    else:
+        keys = layout.split()
+        labelled = [item.split(":", 1) for item in expressions.split(";")]
+        header = [" ".join(keys), *(label.strip() for label, _ in labelled)]
+        body = [
+            [
+                " ".join(str(line.get(key)) for key in keys),
+                *(cell(compute(expression.strip(), line), form) for _, expression in labelled),
+            ]
+            for line in lines
+        ]
+    sources = dict.fromkeys(
+        f"`{line['command']}` ({line['machine']}, {line['date'][:10]}; "
+        f"`benchmark/results/{stem}.jsonl`)"
+        for stem, line in select_results(selector)
+    )
+    table = [
+        "| " + " | ".join(header) + " |",
+        "|---|" + "---:|" * (len(header) - 1),
+        *("| " + " | ".join(row) + " |" for row in body),
+    ]
+    return "\n".join(table) + "\n\nMeasured by " + "; ".join(sources) + ".\n"
 
 
 DIRECTIVES: dict[str, Callable[[str, str], str]] = {
@@ -371,6 +446,14 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
                 return f'!!! warning "Draft: ::{name} {target} is missing"\n    {error}'
             raise PluginError(f"{page.file.src_uri}: ::{name} {target}: {error}") from None
 
+    def table(match: re.Match[str]) -> str:
+        if match.group(2) is None:  # a fenced block, left as it is
+            return match.group(0)
+        try:
+            return result_table(match.group(2))
+        except PluginError as error:
+            raise PluginError(f"{page.file.src_uri}: {match.group(0)}: {error}") from None
+
     def figure(match: re.Match[str]) -> str:
         if match.group(2) is None:  # code, left as it is
             return match.group(0)
@@ -379,7 +462,8 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
         except PluginError as error:
             raise PluginError(f"{page.file.src_uri}: {match.group(0)}: {error}") from None
 
-    return RESULT_FIGURE.sub(figure, DIRECTIVE.sub(expand, markdown))
+    markdown = RESULT_TABLE.sub(table, DIRECTIVE.sub(expand, markdown))
+    return RESULT_FIGURE.sub(figure, markdown)
 
 
 # The first cell of every notebook: run the student's own engine when there is one.
