@@ -27,7 +27,7 @@ import torch
 from transformers import AutoTokenizer
 
 from minisgl.core import SamplingParams
-from minisgl.kvcache.radix_cache import RadixNode
+from minisgl.kvcache.radix_cache import RadixTreeNode
 from minisgl.llm import LLM
 from minisgl.scheduler import Scheduler, SchedulerConfig
 from minisgl.utils import exit_on_error
@@ -54,7 +54,7 @@ def capture(name: str, data: dict) -> None:
         Path(folder, f"ch09_radix.{name}.json").write_text(json.dumps(data))
 
 
-def tree_shape(node: RadixNode, tokenizer: AutoTokenizer) -> dict:
+def tree_shape(node: RadixTreeNode, tokenizer: AutoTokenizer) -> dict:
     """A radix node's edge (its text) and subtrees, for the site's figure of the tree."""
     return {
         "tokens": len(node.key),

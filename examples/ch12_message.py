@@ -32,8 +32,8 @@ from minisgl.core import SamplingParams
 from minisgl.message import (
     BatchMsg,
     DetokenizeMsg,
-    PullQueue,
-    PushQueue,
+    ZmqPullQueue,
+    ZmqPushQueue,
     UserMsg,
     deserialize,
     ipc_address,
@@ -81,8 +81,8 @@ def main() -> None:
 
     directory = tempfile.mkdtemp(prefix="minisgl-ch12-")
     try:
-        inbox = PullQueue(ipc_address(directory, "detokenizer"))
-        outbox = PushQueue(ipc_address(directory, "detokenizer"))
+        inbox = ZmqPullQueue(ipc_address(directory, "detokenizer"))
+        outbox = ZmqPushQueue(ipc_address(directory, "detokenizer"))
         start = time.perf_counter()
         for uid in range(MESSAGES):  # what a scheduler sends: one batch of tokens per step
             outbox.put(BatchMsg([DetokenizeMsg(uid, token) for token in range(8)]))

@@ -31,11 +31,11 @@ from transformers import AutoTokenizer
 
 from minisgl.core import SamplingParams
 from minisgl.message import (
-    AbortMsg,
+    AbortBackendMsg,
     BatchMsg,
     ExitMsg,
-    PullQueue,
-    PushQueue,
+    ZmqPullQueue,
+    ZmqPushQueue,
     StatusMsg,
     StatusRequestMsg,
     UserMsg,
@@ -50,7 +50,7 @@ PROMPTS = {0: "The capital of France is", 1: "One, two, three,", 2: "Water boils
 LONG_UID = 9
 
 
-def status(to_scheduler: PushQueue, from_scheduler: PullQueue) -> StatusMsg:
+def status(to_scheduler: ZmqPushQueue, from_scheduler: ZmqPullQueue) -> StatusMsg:
     to_scheduler.put(StatusRequestMsg(0))
     while True:  # tokens still in flight may come first
         msg = from_scheduler.get(timeout_s=30)
@@ -67,7 +67,7 @@ def main() -> None:
     )
     inbox, outbox = ipc_address(directory, "scheduler"), ipc_address(directory, "tokenizer")
     io = SchedulerIO(inbox, outbox, rank=0, group=dist.group.WORLD)
-    to_scheduler, from_scheduler = PushQueue(inbox), PullQueue(outbox)
+    to_scheduler, from_scheduler = ZmqPushQueue(inbox), ZmqPullQueue(outbox)
     for uid, prompt in PROMPTS.items():  # queued before the loop starts: one prefill for all
         to_scheduler.put(
             UserMsg(uid, tokenizer.encode(prompt), SamplingParams(max_tokens=8, ignore_eos=True))
@@ -100,7 +100,7 @@ def main() -> None:
         )
         while not isinstance(first := from_scheduler.get(timeout_s=60), BatchMsg):
             pass
-        to_scheduler.put(AbortMsg(LONG_UID))
+        to_scheduler.put(AbortBackendMsg(LONG_UID))
         print(f"\nuid {LONG_UID} (max_tokens=900): first token {first.data[0].token}, then aborted")
 
         time.sleep(0.2)  # the loop goes idle: it blocks on the socket

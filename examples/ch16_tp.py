@@ -29,7 +29,7 @@ from typing import Callable
 
 from minisgl.benchmark import read_results_dir
 from minisgl.core import SamplingParams
-from minisgl.distributed import TPInfo, head_shard, split_range, vocab_block
+from minisgl.distributed import DistributedInfo, head_shard, split_range, vocab_block
 from minisgl.layers import parallel as parallel_layers
 from minisgl.llm import LLM
 from minisgl.models import ModelConfig
@@ -58,7 +58,7 @@ def main() -> None:
         f"intermediate {c.intermediate_size}, vocabulary {c.vocab_size}, over {TP} ranks"
     )
     for rank in range(TP):
-        tp = TPInfo(rank, TP)
+        tp = DistributedInfo(rank, TP)
         heads = head_shard(c.num_heads, c.num_kv_heads, tp)
         mlp = split_range(c.intermediate_size, TP, rank)
         start, end, padded = vocab_block(c.vocab_size, tp)

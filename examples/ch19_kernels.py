@@ -33,7 +33,7 @@ import triton
 
 from minisgl.benchmark import read_results_dir
 from minisgl.core import Batch, Req, SamplingParams
-from minisgl.kernels.kv_store import KernelKVCache, store_kv
+from minisgl.kernels.kv_store import KernelKVCache, store_cache
 from minisgl.kernels.step_inputs import KernelTableManager, prepare_inputs, write_next_tokens
 from minisgl.kernels.step_inputs import REQUESTS_PER_PROGRAM, TOKENS_PER_PROGRAM
 from minisgl.kvcache import MHAKVCache
@@ -71,7 +71,7 @@ def store_demo(tokens: int = 5, num_slots: int = 32) -> None:
         pool.k_cache(0).copy_(noise)
         pool.v_cache(0).copy_(-noise)
     kernel_pool, torch_pool = pools
-    store_kv(kernel_pool.k_cache(0), kernel_pool.v_cache(0), k, v, out_loc)
+    store_cache(kernel_pool.k_cache(0), kernel_pool.v_cache(0), k, v, out_loc)
     torch_pool.store_kv(k, v, out_loc, 0)
     block = triton.next_power_of_2(HEAD_DIM)
     print(f"k {tuple(k.shape)} strides {k.stride()}, v strides {v.stride()} (a view of qkv)")

@@ -197,12 +197,12 @@ def test_overlap_is_on_by_default_and_minisgl_disable_overlap_turns_it_off(monke
         assert [o.token for outs in steps for o in outs] == expected
         return [[o.token for o in outs] for outs in steps[:2]]
 
-    monkeypatch.delenv("MINISGL_DISABLE_OVERLAP", raising=False)
+    monkeypatch.delenv("MINISGL_DISABLE_OVERLAP_SCHEDULING", raising=False)
     default = Scheduler(SchedulerConfig(str(QWEN3), **config(enable_overlap=None)))
     assert default.overlap
     assert first_two_steps(default) == [[], expected[:1]], "overlap: results come a step late"
 
-    monkeypatch.setenv("MINISGL_DISABLE_OVERLAP", "1")
+    monkeypatch.setenv("MINISGL_DISABLE_OVERLAP_SCHEDULING", "1")
     disabled = Scheduler(SchedulerConfig(str(QWEN3), **config(enable_overlap=None)))
     assert not disabled.overlap
     assert first_two_steps(disabled) == [expected[:1], expected[1:2]]

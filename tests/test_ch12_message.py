@@ -16,12 +16,12 @@ import pytest
 
 from minisgl.core import SamplingParams
 from minisgl.message import (
-    AbortMsg,
+    AbortBackendMsg,
     BatchMsg,
     DetokenizeMsg,
     ExitMsg,
-    PullQueue,
-    PushQueue,
+    ZmqPullQueue,
+    ZmqPushQueue,
     ReplyMsg,
     StatusMsg,
     StatusRequestMsg,
@@ -35,7 +35,7 @@ from minisgl.message.serialize import EXT_DATACLASS, MessageError
 
 EVERY_MESSAGE = [
     UserMsg(7, [1, 2, 49151, 0], SamplingParams(temperature=0.7, top_k=5, max_tokens=9, seed=3)),
-    AbortMsg(7),
+    AbortBackendMsg(7),
     StatusRequestMsg(2),
     ExitMsg(),
     TokenizeMsg(1, SamplingParams(), prompt="Grüße 🙂", stop=["\n\n", "END"]),
@@ -90,8 +90,8 @@ def socket_dir() -> Iterator[str]:
 
 
 def test_push_pull_delivers_every_message_in_order(socket_dir: str) -> None:
-    inbox = PullQueue(ipc_address(socket_dir, "inbox"))
-    sender = PushQueue(ipc_address(socket_dir, "inbox"))
+    inbox = ZmqPullQueue(ipc_address(socket_dir, "inbox"))
+    sender = ZmqPushQueue(ipc_address(socket_dir, "inbox"))
     sent = [DetokenizeMsg(uid, uid * 10) for uid in range(50)]
     for msg in sent:
         sender.put(msg)
@@ -102,38 +102,38 @@ def test_push_pull_delivers_every_message_in_order(socket_dir: str) -> None:
 
 
 def test_get_waits_for_a_late_message_and_times_out_when_none_comes(socket_dir: str) -> None:
-    inbox = PullQueue(ipc_address(socket_dir, "inbox"))
-    sender = PushQueue(ipc_address(socket_dir, "inbox"))
+    inbox = ZmqPullQueue(ipc_address(socket_dir, "inbox"))
+    sender = ZmqPushQueue(ipc_address(socket_dir, "inbox"))
     start = time.monotonic()
     assert inbox.get(timeout_s=0.2) is None
     assert time.monotonic() - start >= 0.15
-    threading.Timer(0.2, sender.put, args=(AbortMsg(3),)).start()
-    assert inbox.get(timeout_s=5) == AbortMsg(3)
+    threading.Timer(0.2, sender.put, args=(AbortBackendMsg(3),)).start()
+    assert inbox.get(timeout_s=5) == AbortBackendMsg(3)
     sender.close()
     inbox.close()
 
 
 def test_get_all_nowait_takes_what_is_queued_without_waiting(socket_dir: str) -> None:
-    inbox = PullQueue(ipc_address(socket_dir, "inbox"))
-    sender = PushQueue(ipc_address(socket_dir, "inbox"))
+    inbox = ZmqPullQueue(ipc_address(socket_dir, "inbox"))
+    sender = ZmqPushQueue(ipc_address(socket_dir, "inbox"))
     start = time.monotonic()
     assert inbox.get_all_nowait() == []
     assert time.monotonic() - start < 0.1
     for uid in range(5):
-        sender.put(AbortMsg(uid))
+        sender.put(AbortBackendMsg(uid))
     deadline = time.monotonic() + 5
     received: list[object] = []
     while len(received) < 5 and time.monotonic() < deadline:
         received += inbox.get_all_nowait()
-    assert received == [AbortMsg(uid) for uid in range(5)]
+    assert received == [AbortBackendMsg(uid) for uid in range(5)]
     sender.close()
     inbox.close()
 
 
 def test_one_pull_socket_hears_several_senders(socket_dir: str) -> None:
     address = ipc_address(socket_dir, "tokenizer")
-    inbox = PullQueue(address)
-    api, scheduler = PushQueue(address), PushQueue(address)
+    inbox = ZmqPullQueue(address)
+    api, scheduler = ZmqPushQueue(address), ZmqPushQueue(address)
     api.put(TokenizeMsg(1, SamplingParams(), prompt="hi"))
     scheduler.put(BatchMsg([DetokenizeMsg(1, 5)]))
     received = [inbox.get(timeout_s=5), inbox.get(timeout_s=5)]
@@ -157,23 +157,23 @@ def test_an_unknown_extension_code_is_refused() -> None:
 
 
 def test_get_without_a_timeout_waits_for_the_next_message(socket_dir: str) -> None:
-    inbox = PullQueue(ipc_address(socket_dir, "inbox"))
-    sender = PushQueue(ipc_address(socket_dir, "inbox"))
+    inbox = ZmqPullQueue(ipc_address(socket_dir, "inbox"))
+    sender = ZmqPushQueue(ipc_address(socket_dir, "inbox"))
     start = time.monotonic()
-    threading.Timer(0.3, sender.put, args=(AbortMsg(4),)).start()
-    assert inbox.get() == AbortMsg(4)
+    threading.Timer(0.3, sender.put, args=(AbortBackendMsg(4),)).start()
+    assert inbox.get() == AbortBackendMsg(4)
     assert time.monotonic() - start >= 0.25
     sender.close()
     inbox.close()
 
 
 def test_get_all_nowait_drains_every_queued_message_in_one_call(socket_dir: str) -> None:
-    inbox = PullQueue(ipc_address(socket_dir, "inbox"))
-    sender = PushQueue(ipc_address(socket_dir, "inbox"))
+    inbox = ZmqPullQueue(ipc_address(socket_dir, "inbox"))
+    sender = ZmqPushQueue(ipc_address(socket_dir, "inbox"))
     for uid in range(5):
-        sender.put(AbortMsg(uid))
+        sender.put(AbortBackendMsg(uid))
     assert inbox.socket.poll(5000)
     time.sleep(0.5)  # the other four follow the first within microseconds
-    assert inbox.get_all_nowait() == [AbortMsg(uid) for uid in range(5)]
+    assert inbox.get_all_nowait() == [AbortBackendMsg(uid) for uid in range(5)]
     sender.close()
     inbox.close()

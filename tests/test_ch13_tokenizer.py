@@ -10,7 +10,7 @@ import pytest
 from conftest import SMOLLM2, load_tokenizer, require_model
 
 from minisgl.core import SamplingParams
-from minisgl.message import AbortMsg, DetokenizeMsg, ReplyMsg, TokenizeMsg, UserMsg
+from minisgl.message import AbortBackendMsg, DetokenizeMsg, ReplyMsg, TokenizeMsg, UserMsg
 from minisgl.tokenizer import IncrementalDetokenizer, StopMatcher, TokenizeManager
 from minisgl.tokenizer.server import TokenizerWorker
 from minisgl.utils import InvalidRequestError
@@ -128,7 +128,7 @@ def test_a_prompt_is_encoded_and_chat_messages_go_through_the_template(tokenizer
 
 
 class Recorder:
-    """A PushQueue stand-in that keeps what was sent."""
+    """A ZmqPushQueue stand-in that keeps what was sent."""
 
     def __init__(self) -> None:
         self.sent: list[object] = []
@@ -150,7 +150,7 @@ def test_worker_streams_replies_and_aborts_the_request_at_a_stop_string(tokenize
     assert "".join(r.text for r in replies) == " one two three"
     assert replies[-1].finish_reason == "stop"
     assert replies[-1].prompt_tokens == len(user_msg.input_ids)
-    assert to_scheduler.sent[-1] == AbortMsg(3)  # the scheduler frees its pages now
+    assert to_scheduler.sent[-1] == AbortBackendMsg(3)  # the scheduler frees its pages now
     assert worker.handle(DetokenizeMsg(3, 42)) == []  # late tokens of a stopped request
 
 

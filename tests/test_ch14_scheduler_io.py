@@ -17,12 +17,12 @@ from conftest import TINY_MODELS, hf_greedy_cached, require_model
 
 from minisgl.core import SamplingParams
 from minisgl.message import (
-    AbortMsg,
+    AbortBackendMsg,
     BatchMsg,
     DetokenizeMsg,
     ExitMsg,
-    PullQueue,
-    PushQueue,
+    ZmqPullQueue,
+    ZmqPushQueue,
     StatusMsg,
     StatusRequestMsg,
     UserMsg,
@@ -77,18 +77,18 @@ def test_receive_does_not_wait_when_there_is_work(sockets, group) -> None:  # no
 
 def test_receive_takes_every_queued_message_in_order(sockets, group) -> None:  # noqa: ANN001
     io = SchedulerIO(*sockets, rank=0, group=group)
-    sender = PushQueue(sockets[0])
+    sender = ZmqPushQueue(sockets[0])
     for uid in range(6):
-        sender.put(AbortMsg(uid))
+        sender.put(AbortBackendMsg(uid))
     time.sleep(0.5)  # let them arrive
-    assert io.receive_msgs(block=False) == [AbortMsg(uid) for uid in range(6)]
+    assert io.receive_msgs(block=False) == [AbortBackendMsg(uid) for uid in range(6)]
     sender.close()
     io.close()
 
 
 def test_idle_receive_blocks_until_a_message_arrives(sockets, group) -> None:  # noqa: ANN001
     io = SchedulerIO(*sockets, rank=0, group=group)
-    sender = PushQueue(sockets[0])
+    sender = ZmqPushQueue(sockets[0])
     threading.Timer(0.4, sender.put, args=(StatusRequestMsg(1),)).start()
     start = time.monotonic()
     assert io.receive_msgs(block=True) == [StatusRequestMsg(1)]
@@ -107,17 +107,17 @@ def test_rank_zero_broadcasts_what_it_received(sockets, group, monkeypatch) -> N
 
     monkeypatch.setattr(dist, "broadcast_object_list", recording)
     io = SchedulerIO(*sockets, rank=0, group=group)
-    sender = PushQueue(sockets[0])
-    sender.put(AbortMsg(9))
-    assert io.receive_msgs(block=True) == [AbortMsg(9)]
-    assert calls == [[0, [AbortMsg(9)]]]
+    sender = ZmqPushQueue(sockets[0])
+    sender.put(AbortBackendMsg(9))
+    assert io.receive_msgs(block=True) == [AbortBackendMsg(9)]
+    assert calls == [[0, [AbortBackendMsg(9)]]]
     sender.close()
     io.close()
 
 
 def test_one_step_of_tokens_goes_out_as_one_message(sockets) -> None:  # noqa: ANN001
     io = SchedulerIO(*sockets)
-    tokenizer_inbox = PullQueue(sockets[1])
+    tokenizer_inbox = ZmqPullQueue(sockets[1])
     io.send_outputs([])  # nothing to say: nothing sent
     io.send_outputs([TokenOutput(1, 5), TokenOutput(2, 6, "stop")])
     assert tokenizer_inbox.get(timeout_s=5) == BatchMsg(
@@ -135,8 +135,8 @@ class Served:
     """A Scheduler serving in a thread; the test plays the tokenizer worker."""
 
     def __init__(self, scheduler: Scheduler, sockets: tuple[str, str]) -> None:
-        self.to_scheduler = PushQueue(sockets[0])
-        self.inbox = PullQueue(sockets[1])
+        self.to_scheduler = ZmqPushQueue(sockets[0])
+        self.inbox = ZmqPullQueue(sockets[1])
         self.io = SchedulerIO(*sockets)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self.run, args=(scheduler,), daemon=True)
@@ -207,7 +207,7 @@ def test_abort_frees_a_running_request_and_serving_goes_on(scheduler, sockets) -
         UserMsg(200, PROMPTS[0], SamplingParams(max_tokens=400, ignore_eos=True))
     )
     served.collect(lambda got: len(got) >= 3)  # it is running
-    served.to_scheduler.put(AbortMsg(200))
+    served.to_scheduler.put(AbortBackendMsg(200))
     served.to_scheduler.put(UserMsg(201, PROMPTS[1], SamplingParams(max_tokens=3, ignore_eos=True)))
     got = served.collect(finished({201}))
     status = served.status()
@@ -235,18 +235,18 @@ def test_a_request_that_can_never_fit_gets_an_error_not_a_crash(scheduler, socke
 
 def test_an_idle_receive_also_takes_the_messages_queued_behind_the_first(sockets, group) -> None:  # noqa: ANN001
     io = SchedulerIO(*sockets, rank=0, group=group)
-    sender = PushQueue(sockets[0])
+    sender = ZmqPushQueue(sockets[0])
     for uid in range(3):
-        sender.put(AbortMsg(uid))
+        sender.put(AbortBackendMsg(uid))
     time.sleep(0.5)  # let them arrive
-    assert io.receive_msgs(block=True) == [AbortMsg(uid) for uid in range(3)]
+    assert io.receive_msgs(block=True) == [AbortBackendMsg(uid) for uid in range(3)]
     sender.close()
     io.close()
 
 
 def test_a_rank_other_than_zero_sends_nothing(sockets) -> None:  # noqa: ANN001
     io = SchedulerIO(*sockets, rank=1)
-    tokenizer_inbox = PullQueue(sockets[1])
+    tokenizer_inbox = ZmqPullQueue(sockets[1])
     io.send_outputs([TokenOutput(1, 5)])  # rank 1 has no socket: rank 0 sends for all
     assert tokenizer_inbox.get(timeout_s=0.3) is None
     tokenizer_inbox.close()
@@ -260,7 +260,7 @@ def test_status_counts_a_running_request(scheduler, sockets) -> None:  # noqa: A
     )
     served.collect(lambda got: len(got) >= 2)  # it is running
     status = served.status()
-    served.to_scheduler.put(AbortMsg(400))
+    served.to_scheduler.put(AbortBackendMsg(400))
     served.stop()
     assert status.request_id == 77
     assert (status.running, status.waiting) == (1, 0)

@@ -20,8 +20,8 @@ from server_fixture import LiveServer, start_server
 from minisgl.core import SamplingParams
 from minisgl.message import (
     BatchMsg,
-    PullQueue,
-    PushQueue,
+    ZmqPullQueue,
+    ZmqPushQueue,
     ReplyMsg,
     StatusMsg,
     TokenizeMsg,
@@ -183,7 +183,7 @@ def test_the_listener_routes_batched_replies_and_drops_those_nobody_waits_for(so
             ipc_address(socket_dir, "tokenizer"), ipc_address(socket_dir, "api")
         )
         frontend.start()
-        to_api = PushQueue(ipc_address(socket_dir, "api"))
+        to_api = ZmqPushQueue(ipc_address(socket_dir, "api"))
         uid = frontend.submit(SamplingParams(), prompt="Hi")
         mine = [ReplyMsg(uid, "Hel"), ReplyMsg(uid, "lo", "stop", 1, 2)]
         nobodys = [ReplyMsg(uid + 100, "late"), StatusMsg(uid + 100, 0, 0, 0, 9, 0, 0, None)]
@@ -197,14 +197,14 @@ def test_the_listener_routes_batched_replies_and_drops_those_nobody_waits_for(so
 
 
 def test_replies_end_at_a_refusal_and_the_request_is_forgotten(socket_dir) -> None:  # noqa: ANN001
-    tokenizer_inbox = PullQueue(ipc_address(socket_dir, "tokenizer"))
+    tokenizer_inbox = ZmqPullQueue(ipc_address(socket_dir, "tokenizer"))
 
     async def scenario() -> None:
         frontend = FrontendManager(
             ipc_address(socket_dir, "tokenizer"), ipc_address(socket_dir, "api")
         )
         frontend.start()
-        to_api = PushQueue(ipc_address(socket_dir, "api"))
+        to_api = ZmqPushQueue(ipc_address(socket_dir, "api"))
         uid = frontend.submit(SamplingParams(), prompt="Hi")
         refusal = ReplyMsg(uid, "", error="the prompt is too long")
         to_api.put(BatchMsg([refusal]))
@@ -215,7 +215,7 @@ def test_replies_end_at_a_refusal_and_the_request_is_forgotten(socket_dir) -> No
 
     asyncio.run(scenario())
     assert isinstance(tokenizer_inbox.get(timeout_s=5), TokenizeMsg)
-    assert tokenizer_inbox.get(timeout_s=0.3) is None  # no AbortMsg
+    assert tokenizer_inbox.get(timeout_s=0.3) is None  # no AbortBackendMsg
     tokenizer_inbox.close()
 
 

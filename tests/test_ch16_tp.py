@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from conftest import SMOLLM2, TINY_MODELS, encode, greedy, hf_greedy_cached, require_model
 
-from minisgl.distributed import TPInfo, head_shard, split_range, vocab_block
+from minisgl.distributed import DistributedInfo, head_shard, split_range, vocab_block
 from minisgl.layers import (
     ColumnParallelLinear,
     ParallelLMHead,
@@ -53,7 +53,9 @@ def test_head_shard_gives_each_query_head_to_one_rank_with_its_kv_head(
     num_heads: int, num_kv_heads: int, size: int
 ) -> None:
     group = num_heads // num_kv_heads
-    shards = [head_shard(num_heads, num_kv_heads, TPInfo(rank, size)) for rank in range(size)]
+    shards = [
+        head_shard(num_heads, num_kv_heads, DistributedInfo(rank, size)) for rank in range(size)
+    ]
     owners = [h for s in shards for h in range(s.q_start, s.q_end)]
     assert owners == list(range(num_heads)), "every query head exactly once, in rank order"
     for s in shards:
@@ -75,7 +77,7 @@ def test_head_shard_gives_each_query_head_to_one_rank_with_its_kv_head(
 def test_vocab_block_gives_every_rank_the_same_padded_width() -> None:
     for vocab in (10, 11, 49152):
         for size in (1, 2, 3, 4):
-            blocks = [vocab_block(vocab, TPInfo(rank, size)) for rank in range(size)]
+            blocks = [vocab_block(vocab, DistributedInfo(rank, size)) for rank in range(size)]
             padded = {p for _, _, p in blocks}
             assert len(padded) == 1 and padded.pop() * size >= vocab
             assert [b[0] for b in blocks][0] == 0 and blocks[-1][1] == vocab
@@ -106,8 +108,8 @@ class ThreadRanks:
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         return x.copy_(torch.stack(self._exchange(x)).sum(0))
 
-    def all_gather(self, x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-        return torch.cat(self._exchange(x), dim=dim)
+    def all_gather(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat(self._exchange(x))
 
     def run(self, fn: Callable[[int], torch.Tensor]) -> list[torch.Tensor]:
         """fn(rank) on every rank at once; each rank's result."""
@@ -159,7 +161,7 @@ def test_sharded_attention_projections_add_up_to_the_whole(
     group = ranks(size)
 
     def rank_forward(rank: int) -> torch.Tensor:
-        heads = head_shard(num_heads, num_kv_heads, TPInfo(rank, size))
+        heads = head_shard(num_heads, num_kv_heads, DistributedInfo(rank, size))
         rows = qkv_rows(heads, head_dim)
         qkv = ColumnParallelLinear(hidden, rows, bias=True)
         for shard, (w, b) in enumerate([(q_w, q_b), (k_w, k_b), (v_w, v_b)]):
@@ -191,7 +193,7 @@ def test_vocab_parallel_embedding_and_lm_head_equal_the_whole(
     group = ranks(size)
 
     def rank_forward(rank: int) -> torch.Tensor:
-        tp = TPInfo(rank, size)
+        tp = DistributedInfo(rank, size)
         embed = VocabParallelEmbedding(vocab, hidden, tp)
         embed.load_slice("weight", None, table)
         torch.testing.assert_close(embed(ids), F.embedding(ids, table))
@@ -228,7 +230,7 @@ def test_tp2_generates_what_one_process_and_transformers_generate(name: str) -> 
         stats = llm.scheduler.stats
         engine = llm.scheduler.engine
         c = engine.model_config
-        mine = head_shard(c.num_heads, c.num_kv_heads, TPInfo(0, 2))
+        mine = head_shard(c.num_heads, c.num_kv_heads, DistributedInfo(0, 2))
         assert engine.kv_cache.k_cache(0).shape[1] == mine.num_kv_heads, "this rank's KV only"
     assert first + rest == expected, "two ranks generate what one process generates"
     for ids, tokens in zip(prompts, expected):

@@ -21,7 +21,7 @@ import torch
 from conftest import TINY_MODELS, hf_greedy_cached, require_model, run_until_idle
 
 from minisgl.core import Batch, Req, SamplingParams
-from minisgl.kernels.kv_store import KernelKVCache, store_kv
+from minisgl.kernels.kv_store import KernelKVCache, store_cache
 from minisgl.kernels.step_inputs import KernelTableManager, prepare_inputs, write_next_tokens
 from minisgl.kernels.step_inputs import REQUESTS_PER_PROGRAM, TOKENS_PER_PROGRAM
 from minisgl.kvcache import MHAKVCache
@@ -73,7 +73,7 @@ def test_store_kv_kernel_writes_what_the_torch_store_writes(
     out_loc = torch.randperm(3 * tokens + 5, generator=torch.Generator().manual_seed(1))
     out_loc = out_loc[:tokens].to(torch.int32)  # the page table's dtype
     layer = 1
-    store_kv(kernel_pool.k_cache(layer), kernel_pool.v_cache(layer), k, v, out_loc)
+    store_cache(kernel_pool.k_cache(layer), kernel_pool.v_cache(layer), k, v, out_loc)
     torch_pool.store_kv(k, v, out_loc, layer)
     for layer_id in (0, 1):  # layer 0 must be untouched, layer 1 equal cell by cell
         assert torch.equal(kernel_pool.k_cache(layer_id), torch_pool.k_cache(layer_id))

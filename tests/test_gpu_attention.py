@@ -42,6 +42,7 @@ def test_auto_backend_is_torch_wherever_flashinfer_cannot_run(device, dtype, hea
 
     assert resolve_backend("auto", setup(device)) == "torch"
     assert resolve_backend("flashinfer", setup("cpu")) == "flashinfer"  # an explicit choice stays
+    assert resolve_backend("fi", setup("cpu")) == "flashinfer"  # upstream's spelling
 
 
 @pytest.mark.gpu

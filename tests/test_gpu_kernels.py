@@ -33,7 +33,7 @@ KV_HEADS, HEAD_DIM, PAGE = 8, 128, 16
 
 @pytest.mark.parametrize("tokens", [1, 37, 256, 4096])
 def test_store_kv_kernel_matches_the_torch_store_on_the_gpu(tokens: int) -> None:
-    from minisgl.kernels.kv_store import store_kv
+    from minisgl.kernels.kv_store import store_cache
     from minisgl.kvcache import MHAKVCache
 
     pools = [MHAKVCache(8192, 2, KV_HEADS, HEAD_DIM, torch.bfloat16, CUDA) for _ in (0, 1)]
@@ -46,7 +46,7 @@ def test_store_kv_kernel_matches_the_torch_store_on_the_gpu(tokens: int) -> None
     v = qkv[:, 24 * HEAD_DIM :].view(tokens, KV_HEADS, HEAD_DIM)
     out_loc = torch.randperm(8192, device=CUDA)[:tokens].int()
     kernel_pool, torch_pool = pools
-    store_kv(kernel_pool.k_cache(1), kernel_pool.v_cache(1), k, v, out_loc)
+    store_cache(kernel_pool.k_cache(1), kernel_pool.v_cache(1), k, v, out_loc)
     torch_pool.store_kv(k, v, out_loc, 1)
     assert torch.equal(kernel_pool._buffer, torch_pool._buffer)
 

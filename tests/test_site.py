@@ -7,6 +7,7 @@ strict build does.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import os
 import re
@@ -80,6 +81,78 @@ def test_chapter_page_has_every_anatomy_section_in_order(page: Path) -> None:
     assert positions == sorted(positions), f"{page.name}: sections out of order: {headings}"
     walkthrough = [h for h in headings if " · " in h]
     assert walkthrough, f"{page.name} has no walkthrough section headed 'path · Symbol'"
+
+
+ENGINE = ROOT / "solutions" / "minisgl"
+
+
+def upstream_table_names(guide: str) -> list[str]:
+    """The code spans of the "ours" column (the name column of "Same name, different meaning")
+    of every table under the maintainers' guide's "Names against upstream"."""
+    section = guide.split("## Names against upstream", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (?!ours \||name \||---)(.+?) \|", section, re.MULTILINE)
+    return [span for row in rows for span in re.findall(r"`([^`]+)`", row)]
+
+
+@functools.cache
+def engine_sources() -> dict[Path, str]:
+    return {path: path.read_text() for path in ENGINE.rglob("*.py")}
+
+
+def missing_from_engine(span: str) -> str | None:
+    """Why the name a table span names is not in solutions/minisgl/ (None if it is there).
+
+    A path must exist; a flag or string literal must appear in the source; for `a.b`, `b` must
+    be defined (a def, a class, an assignment, a field) in module `a` (a file or package of that
+    name) or in the file defining class `a`; a plain name anywhere.
+    """
+    sources = engine_sources()
+    if span.endswith(".py") or "/" in span:
+        return None if (ENGINE / span).exists() else f"no file {span}"
+    if span.startswith("--") or span.startswith('"'):
+        literal = span if span.startswith('"') else f'"{span}"'
+        return None if any(literal in text for text in sources.values()) else f"no {literal}"
+    parts = re.split(r"[([]", span, maxsplit=1)[0].removeprefix("minisgl.").split(".")
+    if not parts[-1].isidentifier():
+        return None  # an expression, not a name: (cached_len, handle)
+    *qualifier, name = parts
+    packages = {path.stem for path in sources} | {path.parent.name for path in sources}
+    if not qualifier and name in packages:
+        return None
+    files = list(sources)
+    if qualifier:
+        owner = qualifier[-1]
+        files = [
+            path
+            for path, text in sources.items()
+            if path.stem == owner
+            or owner in path.relative_to(ENGINE).parts[:-1]
+            or re.search(rf"^class {owner}\b", text, re.MULTILINE)
+        ]
+        if not files:
+            return f"no module or class {owner}"
+    definition = re.compile(
+        rf"^\s*(async def |def |class ){name}\b|^\s*{name}\s*[:=]|\bself\.{name}\s*[:=]",
+        re.MULTILINE,
+    )
+    if not any(definition.search(sources[path]) for path in files):
+        return f"{name} is defined in none of {sorted(str(p.relative_to(ENGINE)) for p in files)}"
+    return None
+
+
+def test_every_ours_name_of_the_upstream_table_exists_in_the_engine() -> None:
+    """A rename in the engine must update docs/maintainers.md's table of names."""
+    names = upstream_table_names((ROOT / "docs" / "maintainers.md").read_text())
+    assert len(names) > 200, "the table was not found"
+    missing = {span: why for span in names if (why := missing_from_engine(span))}
+    assert not missing, f"docs/maintainers.md names what solutions/minisgl/ lacks: {missing}"
+
+
+@pytest.mark.parametrize(
+    "span", ["info.TPInformation", "engine.ATTENTION_BACKENDS", "kernels/nothing.py", "--no-flag"]
+)
+def test_a_name_the_engine_lacks_is_reported(span: str) -> None:
+    assert missing_from_engine(span)
 
 
 @pytest.mark.parametrize("page", CHAPTER_PAGES, ids=lambda p: p.stem)

@@ -1,8 +1,8 @@
 """Every environment switch of minisgl, in one place.
 
-MINISGL_DISABLE_OVERLAP=1   run the scheduler's plain loop instead of overlap scheduling
-MINISGL_KERNELS=torch       keep the torch code on CUDA instead of chapter 19's Triton kernels
-MINISGL_KERNELS=triton      use the kernels on any device (on a CPU under TRITON_INTERPRET=1)
+MINISGL_DISABLE_OVERLAP_SCHEDULING=1  the scheduler's plain loop instead of overlap scheduling
+MINISGL_KERNELS=torch                 keep the torch code on CUDA, not chapter 19's Triton kernels
+MINISGL_KERNELS=triton                use the kernels on any device (a CPU: TRITON_INTERPRET=1)
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ def _flag(name: str) -> bool:
 
 class _Env:
     @property
-    def DISABLE_OVERLAP(self) -> bool:  # noqa: N802 - read like a constant
-        return _flag("MINISGL_DISABLE_OVERLAP")
+    def DISABLE_OVERLAP_SCHEDULING(self) -> bool:  # noqa: N802 - read like a constant
+        return _flag("MINISGL_DISABLE_OVERLAP_SCHEDULING")
 
     @property
     def KERNELS(self) -> str:  # noqa: N802

@@ -4,7 +4,7 @@ import heapq
 
 import torch
 
-from minisgl.kvcache.radix_cache import RadixNode, RadixPrefixCache
+from minisgl.kvcache.radix_cache import RadixTreeNode, RadixPrefixCache
 
 
 def evict(self: RadixPrefixCache, num_tokens: int) -> torch.Tensor:
@@ -19,18 +19,18 @@ def evict(self: RadixPrefixCache, num_tokens: int) -> torch.Tensor:
     leaves = [
         (n.last_access, id(n), n)
         for n in self._nodes()
-        if n.is_leaf and n.ref_count == 0 and n is not self.root
+        if n.is_leaf() and n.ref_count == 0 and n is not self.root
     ]
     heapq.heapify(leaves)
     freed: list[torch.Tensor] = []
     evicted = 0
     while evicted < num_tokens:
         _, _, leaf = heapq.heappop(leaves)
-        parent: RadixNode = leaf.parent
+        parent: RadixTreeNode = leaf.parent
         del parent.children[self._child_key(leaf.key)]
         freed.append(leaf.value)
         evicted += len(leaf.key)
         self._evictable_size -= len(leaf.key)
-        if parent is not self.root and parent.is_leaf and parent.ref_count == 0:
+        if parent is not self.root and parent.is_leaf() and parent.ref_count == 0:
             heapq.heappush(leaves, (parent.last_access, id(parent), parent))
     return torch.cat(freed)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from minisgl.core import SamplingParams
 from minisgl.message import (
-    AbortMsg,
+    AbortBackendMsg,
     BatchMsg,
     DetokenizeMsg,
     ExitMsg,
@@ -118,7 +118,7 @@ def test_an_abort_stops_a_running_request_and_errors_are_answered():
         [
             [user(1, 5, 40)],
             [],
-            [AbortMsg(1)],
+            [AbortBackendMsg(1)],
             [],
             [UserMsg(2, [5] * 300, SamplingParams(max_tokens=4))],
             [StatusRequestMsg(9)],

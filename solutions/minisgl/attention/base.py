@@ -64,15 +64,19 @@ class BackendEntry:
 # Backends register themselves when their module is imported (attention/__init__.py imports
 # every backend module there is), so the engine names none of them.
 ATTENTION_BACKENDS: dict[str, BackendEntry] = {}
+BACKEND_ALIASES: dict[str, str] = {}  # another spelling -> the registered name
 
 
-def register_backend(name: str, entry: BackendEntry) -> None:
+def register_backend(name: str, entry: BackendEntry, aliases: tuple[str, ...] = ()) -> None:
     ATTENTION_BACKENDS[name] = entry
+    BACKEND_ALIASES.update(dict.fromkeys(aliases, name))
 
 
 def resolve_backend(name: str, setup: AttnSetup) -> str:
-    """The registered backend that `name` means: itself, or for "auto" the usable backend of
-    highest priority; ConfigError for a name nobody registered."""
+    """The registered backend that `name` means: itself (or the backend it is an alias of), or
+    for "auto" the usable backend of highest priority; ConfigError for a name nobody
+    registered."""
+    name = BACKEND_ALIASES.get(name, name)
     if name == "auto":
         usable = [(e.priority, n) for n, e in ATTENTION_BACKENDS.items() if e.usable(setup)]
         if not usable:
@@ -81,6 +85,6 @@ def resolve_backend(name: str, setup: AttnSetup) -> str:
     if name not in ATTENTION_BACKENDS:
         raise ConfigError(
             f"attention backend {name!r} is not available "
-            f"(choose from: auto, {', '.join(ATTENTION_BACKENDS)})"
+            f"(choose from: auto, {', '.join([*ATTENTION_BACKENDS, *BACKEND_ALIASES])})"
         )
     return name

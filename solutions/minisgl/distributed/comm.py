@@ -28,8 +28,9 @@ def all_reduce(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def all_gather(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Every rank's `x` concatenated along `dim`, in rank order; `x` itself when alone.
+def all_gather(x: torch.Tensor) -> torch.Tensor:
+    """Every rank's `x` concatenated along the first dimension, in rank order; `x` itself when
+    alone (upstream's signature: move the dimension to gather to the front first).
 
     All ranks' pieces must have the same shape (pad an uneven split first).
     """
@@ -39,7 +40,7 @@ def all_gather(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     x = x.contiguous()
     pieces = [torch.empty_like(x) for _ in range(size)]
     dist.all_gather(pieces, x, group=_tensor_group)
-    return torch.cat(pieces, dim=dim)
+    return torch.cat(pieces)
 
 
 def min_over_ranks(value: int) -> int:

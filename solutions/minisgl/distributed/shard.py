@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from minisgl.utils import div_ceil
 
-from .info import TPInfo
+from .info import DistributedInfo
 
 
 def split_range(total: int, size: int, rank: int) -> tuple[int, int]:
@@ -53,7 +53,7 @@ class HeadShard:
         return self.kv_end - self.kv_start
 
 
-def head_shard(num_heads: int, num_kv_heads: int, tp: TPInfo) -> HeadShard:
+def head_shard(num_heads: int, num_kv_heads: int, tp: DistributedInfo) -> HeadShard:
     """The query and KV heads rank `tp.rank` computes, whole KV groups where possible.
 
     With at least as many KV heads as ranks, split the KV heads with `split_range` and take
@@ -74,7 +74,7 @@ def head_shard(num_heads: int, num_kv_heads: int, tp: TPInfo) -> HeadShard:
     return HeadShard(kv * group + q_start, kv * group + q_end, kv, kv + 1)
 
 
-def vocab_block(vocab_size: int, tp: TPInfo) -> tuple[int, int, int]:
+def vocab_block(vocab_size: int, tp: DistributedInfo) -> tuple[int, int, int]:
     """This rank's vocabulary block as (start, end, padded), the same padded width on all ranks.
 
     Ids [start, end) are this rank's; every rank holds `padded` = ceil(vocab_size / size) rows,

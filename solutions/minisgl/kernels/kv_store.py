@@ -51,7 +51,7 @@ def store_kv_kernel(
     tl.store(v_cache_ptr + dest, v_row, mask=inside)
 
 
-def store_kv(
+def store_cache(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     k: torch.Tensor,
@@ -67,7 +67,7 @@ def store_kv(
     """
     tokens, kv_heads, head_dim = k.shape
     if k_cache.stride() != v_cache.stride() or k.stride(2) != 1 or v.stride(2) != 1:
-        raise ValueError("store_kv needs K and V pools of one layout and contiguous head rows")
+        raise ValueError("store_cache needs K and V pools of one layout and contiguous head rows")
     store_kv_kernel[(tokens, kv_heads)](
         k,
         v,
@@ -91,4 +91,4 @@ class KernelKVCache(MHAKVCache):
     def store_kv(
         self, k: torch.Tensor, v: torch.Tensor, out_loc: torch.Tensor, layer_id: int
     ) -> None:
-        store_kv(self.k_cache(layer_id), self.v_cache(layer_id), k, v, out_loc)
+        store_cache(self.k_cache(layer_id), self.v_cache(layer_id), k, v, out_loc)

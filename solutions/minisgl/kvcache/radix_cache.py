@@ -31,22 +31,21 @@ _clock = itertools.count()  # a logical clock for LRU order: no two accesses tie
 
 
 @dataclass(eq=False)
-class RadixNode:
+class RadixTreeNode:
     key: torch.Tensor  # token ids on the edge from the parent (CPU, int32)
     value: torch.Tensor  # their KV slots (on the pool's device)
-    parent: RadixNode | None = None
-    children: dict[tuple[int, ...], RadixNode] = field(default_factory=dict)
+    parent: RadixTreeNode | None = None
+    children: dict[tuple[int, ...], RadixTreeNode] = field(default_factory=dict)
     ref_count: int = 0  # running requests whose matched path goes through this node
     last_access: int = field(default_factory=lambda: next(_clock))
 
-    @property
     def is_leaf(self) -> bool:
         return not self.children
 
 
 @dataclass(frozen=True)
 class RadixCacheHandle(BaseCacheHandle):
-    node: RadixNode = field(compare=False)
+    node: RadixTreeNode = field(compare=False)
 
 
 class RadixPrefixCache(BasePrefixCache):
@@ -54,7 +53,7 @@ class RadixPrefixCache(BasePrefixCache):
         self.device = device
         self.page_size = page_size
         empty = torch.empty(0, dtype=torch.int32)
-        self.root = RadixNode(key=empty, value=empty.to(device), ref_count=1)  # never evicted
+        self.root = RadixTreeNode(key=empty, value=empty.to(device), ref_count=1)  # never evicted
         self._evictable_size = 0
         self._protected_size = 0
 
@@ -71,7 +70,7 @@ class RadixPrefixCache(BasePrefixCache):
         common = int(mismatch[0]) if len(mismatch) else n
         return common - common % self.page_size
 
-    def _walk(self, ids: torch.Tensor) -> tuple[RadixNode, int]:
+    def _walk(self, ids: torch.Tensor) -> tuple[RadixTreeNode, int]:
         """Follow ids down the tree, splitting the last edge where the match ends inside it.
 
         Returns the deepest node reached and the number of tokens matched (a page multiple).
@@ -93,7 +92,7 @@ class RadixPrefixCache(BasePrefixCache):
             node.last_access = next(_clock)
         return node, matched
 
-    def _split(self, node: RadixNode, at: int) -> RadixNode:
+    def _split(self, node: RadixTreeNode, at: int) -> RadixTreeNode:
         """Cut node's edge after `at` tokens; return the new upper node (node stays below).
 
         The upper node takes the first `at` tokens and slots, the parent's child entry, and
@@ -102,7 +101,7 @@ class RadixPrefixCache(BasePrefixCache):
         change: the same tokens are cached, in two nodes instead of one.
         """
         assert node.parent is not None and 0 < at < len(node.key) and at % self.page_size == 0
-        upper = RadixNode(
+        upper = RadixTreeNode(
             key=node.key[:at],
             value=node.value[:at],
             parent=node.parent,
@@ -114,7 +113,7 @@ class RadixPrefixCache(BasePrefixCache):
         upper.children[self._child_key(node.key)] = node
         return upper
 
-    def _path_values(self, node: RadixNode) -> torch.Tensor:
+    def _path_values(self, node: RadixTreeNode) -> torch.Tensor:
         parts = []
         while node.parent is not None:
             parts.append(node.value)
@@ -136,7 +135,7 @@ class RadixPrefixCache(BasePrefixCache):
         is never counted.
         """
         assert isinstance(handle, RadixCacheHandle)
-        node: RadixNode | None = handle.node
+        node: RadixTreeNode | None = handle.node
         while node is not None and node is not self.root:
             if unlock:
                 assert node.ref_count > 0, "unlocking a node that is not locked"
@@ -166,7 +165,7 @@ class RadixPrefixCache(BasePrefixCache):
         ids = input_ids[:aligned].cpu()
         node, matched = self._walk(ids)
         if matched < aligned:
-            leaf = RadixNode(
+            leaf = RadixTreeNode(
                 key=ids[matched:].clone(), value=indices[matched:aligned].clone(), parent=node
             )
             node.children[self._child_key(leaf.key)] = leaf
@@ -192,7 +191,7 @@ class RadixPrefixCache(BasePrefixCache):
         leaves = [
             (n.last_access, id(n), n)
             for n in self._nodes()
-            if n.is_leaf and n.ref_count == 0 and n is not self.root
+            if n.is_leaf() and n.ref_count == 0 and n is not self.root
         ]
         heapq.heapify(leaves)
         freed: list[torch.Tensor] = []
@@ -205,13 +204,13 @@ class RadixPrefixCache(BasePrefixCache):
             freed.append(leaf.value)
             evicted += len(leaf.key)
             self._evictable_size -= len(leaf.key)
-            if parent is not self.root and parent.is_leaf and parent.ref_count == 0:
+            if parent is not self.root and parent.is_leaf() and parent.ref_count == 0:
                 heapq.heappush(leaves, (parent.last_access, id(parent), parent))
         return torch.cat(freed)
 
     # ----- accounting ---------------------------------------------------------------------
 
-    def _nodes(self) -> list[RadixNode]:
+    def _nodes(self) -> list[RadixTreeNode]:
         stack, nodes = [self.root], []
         while stack:
             node = stack.pop()

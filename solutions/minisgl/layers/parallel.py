@@ -21,7 +21,7 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
-from minisgl.distributed import TPInfo, all_gather, all_reduce, vocab_block
+from minisgl.distributed import DistributedInfo, all_gather, all_reduce, vocab_block
 from minisgl.layers.embedding import LMHead, VocabEmbedding
 from minisgl.layers.linear import Linear
 
@@ -94,7 +94,7 @@ def load_vocab_rows(weight: torch.Tensor, rows: tuple[int, int], checkpoint: Sli
 class VocabParallelEmbedding(VocabEmbedding):
     """Embedding rows of this rank's vocabulary block (`vocab_block`), padded to equal size."""
 
-    def __init__(self, vocab_size: int, hidden_size: int, tp: TPInfo) -> None:
+    def __init__(self, vocab_size: int, hidden_size: int, tp: DistributedInfo) -> None:
         start, end, padded = vocab_block(vocab_size, tp)
         super().__init__(padded, hidden_size)
         self.vocab_start, self.vocab_end = start, end
@@ -122,7 +122,7 @@ class ParallelLMHead(LMHead):
         self,
         vocab_size: int,
         hidden_size: int,
-        tp: TPInfo,
+        tp: DistributedInfo,
         tied_to: VocabParallelEmbedding | None = None,
     ) -> None:
         start, end, padded = vocab_block(vocab_size, tp)
@@ -135,8 +135,10 @@ class ParallelLMHead(LMHead):
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits [..., vocab_size]: this block's, `all_gather`ed over ranks, padding cut off.
 
-        Every rank's block has the same padded width, so the gathered logits are
-        [..., size * padded]; the columns past vocab_size belong to padding rows.
+        `all_gather` concatenates along the first dimension, so the vocabulary goes to the
+        front and back again. Every rank's block has the same padded width, so the gathered
+        logits are [..., size * padded]; the columns past vocab_size belong to padding rows.
         """
         weight = self.tied_to.weight if self.tied_to is not None else self.weight
-        return all_gather(F.linear(hidden, weight), dim=-1)[..., : self.vocab_size]
+        blocks = all_gather(F.linear(hidden, weight).movedim(-1, 0))  # [size * padded, ...]
+        return blocks.movedim(0, -1)[..., : self.vocab_size]

@@ -1,11 +1,11 @@
 """Messages between the server's processes, their wire format, and the ZMQ queues that carry them.
 
-API server --TokenizeMsg/AbortMsg--> tokenizer --UserMsg/AbortMsg--> scheduler
+API server --TokenizeMsg/AbortBackendMsg--> tokenizer --UserMsg/AbortBackendMsg--> scheduler
 API server <--ReplyMsg------------- tokenizer <--DetokenizeMsg------- scheduler
 """
 
-from .backend import AbortMsg, ExitMsg, StatusRequestMsg, UserMsg
+from .backend import AbortBackendMsg, ExitMsg, StatusRequestMsg, UserMsg
 from .frontend import ReplyMsg, StatusMsg
 from .tokenizer import BatchMsg, DetokenizeMsg, TokenizeMsg
 from .serialize import deserialize, serialize
-from .transport import AsyncPullQueue, PullQueue, PushQueue, ipc_address
+from .transport import ZmqAsyncPullQueue, ZmqPullQueue, ZmqPushQueue, ipc_address

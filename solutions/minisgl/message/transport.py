@@ -25,7 +25,7 @@ def ipc_address(directory: str | Path, name: str) -> str:
     return f"ipc://{Path(directory) / name}.sock"
 
 
-class PushQueue:
+class ZmqPushQueue:
     """The sending end: connects to a PULL socket (it may be bound later) and puts messages."""
 
     def __init__(self, address: str) -> None:
@@ -44,8 +44,8 @@ class PushQueue:
         self.socket.close()
 
 
-class PullQueue:
-    """The receiving end: binds the socket that every PushQueue to `address` connects to."""
+class ZmqPullQueue:
+    """The receiving end: binds the socket that every ZmqPushQueue to `address` connects to."""
 
     def __init__(self, address: str) -> None:
         self.context = zmq.Context.instance()
@@ -80,8 +80,8 @@ class PullQueue:
         self.socket.close()
 
 
-class AsyncPullQueue:
-    """A PullQueue for asyncio code (the API server): `await get()` lets other tasks run."""
+class ZmqAsyncPullQueue:
+    """A ZmqPullQueue for asyncio code (the API server): `await get()` lets other tasks run."""
 
     def __init__(self, address: str) -> None:
         self.context = zmq.asyncio.Context.instance()

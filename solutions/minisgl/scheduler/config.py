@@ -12,7 +12,7 @@ from minisgl.utils import ConfigError
 class SchedulerConfig(EngineConfig):
     cache_type: str = "radix"  # "radix" shares prompt prefixes between requests; "naive" does not
     max_extend_tokens: int = 8192  # prefill token budget of one step (chunked prefill)
-    enable_overlap: bool | None = None  # None: on unless MINISGL_DISABLE_OVERLAP is set
+    enable_overlap: bool | None = None  # None: on unless MINISGL_DISABLE_OVERLAP_SCHEDULING is set
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -16,12 +16,12 @@ from typing import Any, Callable
 import torch.distributed as dist
 
 from minisgl.message import (
-    AbortMsg,
+    AbortBackendMsg,
     BatchMsg,
     DetokenizeMsg,
     ExitMsg,
-    PullQueue,
-    PushQueue,
+    ZmqPullQueue,
+    ZmqPushQueue,
     StatusMsg,
     StatusRequestMsg,
     UserMsg,
@@ -46,8 +46,8 @@ class SchedulerIO:
         offline `LLM`'s rank 0, which broadcasts its own messages)."""
         self.rank = rank
         self.group = group  # None: no process group, this rank is alone
-        self.inbox = PullQueue(inbox_address) if rank == 0 and inbox_address else None
-        self.outbox = PushQueue(outbox_address) if rank == 0 and outbox_address else None
+        self.inbox = ZmqPullQueue(inbox_address) if rank == 0 and inbox_address else None
+        self.outbox = ZmqPushQueue(outbox_address) if rank == 0 and outbox_address else None
 
     def receive_msgs(self, block: bool) -> list[object]:
         """This iteration's messages, the same on every rank.
@@ -95,7 +95,7 @@ def handle_msg(scheduler: Scheduler, io: SchedulerIO, msg: object) -> None:
             scheduler.add_request(msg.input_ids, msg.sampling_params, uid=msg.uid)
         except MinisglError as error:  # too long for this engine: tell the client why
             io.send(BatchMsg([DetokenizeMsg(msg.uid, None, error=str(error))]))
-    elif isinstance(msg, AbortMsg):
+    elif isinstance(msg, AbortBackendMsg):
         scheduler.abort_request(msg.uid)
     elif isinstance(msg, StatusRequestMsg):
         status = scheduler.status()

@@ -71,7 +71,9 @@ class Scheduler:
         )
         self.eos_token_ids = set(self.engine.model_config.eos_token_ids)
         self.overlap = (
-            not ENV.DISABLE_OVERLAP if config.enable_overlap is None else config.enable_overlap
+            not ENV.DISABLE_OVERLAP_SCHEDULING
+            if config.enable_overlap is None
+            else config.enable_overlap
         )
         self.stats = SchedulerStats()
         self.finished_reqs: set[Req] = set()  # finished in the last processed batch

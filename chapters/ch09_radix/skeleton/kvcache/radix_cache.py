@@ -31,22 +31,21 @@ _clock = itertools.count()  # a logical clock for LRU order: no two accesses tie
 
 
 @dataclass(eq=False)
-class RadixNode:
+class RadixTreeNode:
     key: torch.Tensor  # token ids on the edge from the parent (CPU, int32)
     value: torch.Tensor  # their KV slots (on the pool's device)
-    parent: RadixNode | None = None
-    children: dict[tuple[int, ...], RadixNode] = field(default_factory=dict)
+    parent: RadixTreeNode | None = None
+    children: dict[tuple[int, ...], RadixTreeNode] = field(default_factory=dict)
     ref_count: int = 0  # running requests whose matched path goes through this node
     last_access: int = field(default_factory=lambda: next(_clock))
 
-    @property
     def is_leaf(self) -> bool:
         return not self.children
 
 
 @dataclass(frozen=True)
 class RadixCacheHandle(BaseCacheHandle):
-    node: RadixNode = field(compare=False)
+    node: RadixTreeNode = field(compare=False)
 
 
 class RadixPrefixCache(BasePrefixCache):
@@ -54,7 +53,7 @@ class RadixPrefixCache(BasePrefixCache):
         self.device = device
         self.page_size = page_size
         empty = torch.empty(0, dtype=torch.int32)
-        self.root = RadixNode(key=empty, value=empty.to(device), ref_count=1)  # never evicted
+        self.root = RadixTreeNode(key=empty, value=empty.to(device), ref_count=1)  # never evicted
         self._evictable_size = 0
         self._protected_size = 0
 
@@ -68,7 +67,7 @@ class RadixPrefixCache(BasePrefixCache):
         """Length of the common prefix of key and ids, rounded down to whole pages."""
         raise NotImplementedError("ch09: Length of the common prefix of key and ids, rounded down to whole pages.")
 
-    def _walk(self, ids: torch.Tensor) -> tuple[RadixNode, int]:
+    def _walk(self, ids: torch.Tensor) -> tuple[RadixTreeNode, int]:
         """Follow ids down the tree, splitting the last edge where the match ends inside it.
 
         Returns the deepest node reached and the number of tokens matched (a page multiple).
@@ -78,7 +77,7 @@ class RadixPrefixCache(BasePrefixCache):
         """
         raise NotImplementedError("ch09: Follow ids down the tree, splitting the last edge where the match ends inside it.")
 
-    def _split(self, node: RadixNode, at: int) -> RadixNode:
+    def _split(self, node: RadixTreeNode, at: int) -> RadixTreeNode:
         """Cut node's edge after `at` tokens; return the new upper node (node stays below).
 
         The upper node takes the first `at` tokens and slots, the parent's child entry, and
@@ -88,7 +87,7 @@ class RadixPrefixCache(BasePrefixCache):
         """
         raise NotImplementedError("ch09: Cut node's edge after `at` tokens; return the new upper node (node stays below).")
 
-    def _path_values(self, node: RadixNode) -> torch.Tensor:
+    def _path_values(self, node: RadixTreeNode) -> torch.Tensor:
         parts = []
         while node.parent is not None:
             parts.append(node.value)
@@ -136,7 +135,7 @@ class RadixPrefixCache(BasePrefixCache):
 
     # ----- accounting ---------------------------------------------------------------------
 
-    def _nodes(self) -> list[RadixNode]:
+    def _nodes(self) -> list[RadixTreeNode]:
         stack, nodes = [self.root], []
         while stack:
             node = stack.pop()

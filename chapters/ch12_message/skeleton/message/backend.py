@@ -17,7 +17,7 @@ class UserMsg:
 
 
 @dataclass
-class AbortMsg:
+class AbortBackendMsg:
     """Stop a request now and free its pages (a client left, or a stop string matched)."""
 
     uid: int

@@ -16,7 +16,7 @@ import msgpack
 import numpy as np
 
 from minisgl.core import SamplingParams
-from minisgl.message.backend import AbortMsg, ExitMsg, StatusRequestMsg, UserMsg
+from minisgl.message.backend import AbortBackendMsg, ExitMsg, StatusRequestMsg, UserMsg
 from minisgl.message.frontend import ReplyMsg, StatusMsg
 from minisgl.message.tokenizer import BatchMsg, DetokenizeMsg, TokenizeMsg
 from minisgl.utils import MinisglError
@@ -29,7 +29,7 @@ MESSAGE_TYPES: dict[str, type] = {
     cls.__name__: cls
     for cls in (
         UserMsg,
-        AbortMsg,
+        AbortBackendMsg,
         StatusRequestMsg,
         ExitMsg,
         TokenizeMsg,

@@ -1,6 +1,6 @@
 """The tokenizer worker process: tokenizes requests for the scheduler, detokenizes its tokens.
 
-One PULL socket hears both sides: TokenizeMsg and AbortMsg from the API server, batches of
+One PULL socket hears both sides: TokenizeMsg and AbortBackendMsg from the API server, batches of
 DetokenizeMsg from the scheduler. Stop strings are matched here, on the text: a match ends the
 request for the client at once and tells the scheduler to abort it and free its pages.
 """
@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from minisgl.message import (
-    AbortMsg,
+    AbortBackendMsg,
     BatchMsg,
     DetokenizeMsg,
     ExitMsg,
-    PullQueue,
-    PushQueue,
+    ZmqPullQueue,
+    ZmqPushQueue,
     ReplyMsg,
     StatusMsg,
     StatusRequestMsg,
@@ -42,7 +42,7 @@ class RequestState:
 
 class TokenizerWorker:
     def __init__(
-        self, tokenizer: PreTrainedTokenizerBase, to_scheduler: PushQueue, to_api: PushQueue
+        self, tokenizer: PreTrainedTokenizerBase, to_scheduler: ZmqPushQueue, to_api: ZmqPushQueue
     ) -> None:
         self.tokenizer = tokenizer
         self.tokenize_manager = TokenizeManager(tokenizer)
@@ -59,7 +59,7 @@ class TokenizerWorker:
         if isinstance(msg, DetokenizeMsg):
             reply = self.detokenize(msg)
             return [reply] if reply is not None else []
-        if isinstance(msg, AbortMsg):  # the client left: forget it, free its pages
+        if isinstance(msg, AbortBackendMsg):  # the client left: forget it, free its pages
             self.requests.pop(msg.uid, None)
             self.to_scheduler.put(msg)
         elif isinstance(msg, StatusRequestMsg):
@@ -88,7 +88,7 @@ class TokenizerWorker:
         """
         raise NotImplementedError("ch13: The reply for one generated token (None if there is nothing to tell the client).")
 
-    def run(self, inbox: PullQueue) -> None:
+    def run(self, inbox: ZmqPullQueue) -> None:
         """Serve until an ExitMsg: one batch of replies to the API server per message."""
         while True:
             msg = inbox.get()
@@ -103,8 +103,8 @@ def run_tokenizer_worker(
     model_path: str, inbox_address: str, scheduler_address: str, api_address: str
 ) -> None:
     """The tokenizer process's main: load the tokenizer, then serve until told to exit."""
-    inbox = PullQueue(inbox_address)
-    to_scheduler, to_api = PushQueue(scheduler_address), PushQueue(api_address)
+    inbox = ZmqPullQueue(inbox_address)
+    to_scheduler, to_api = ZmqPushQueue(scheduler_address), ZmqPushQueue(api_address)
     try:
         TokenizerWorker(AutoTokenizer.from_pretrained(model_path), to_scheduler, to_api).run(inbox)
     finally:

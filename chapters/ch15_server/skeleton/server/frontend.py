@@ -13,10 +13,10 @@ from typing import AsyncIterator
 
 from minisgl.core import SamplingParams
 from minisgl.message import (
-    AbortMsg,
-    AsyncPullQueue,
+    AbortBackendMsg,
+    ZmqAsyncPullQueue,
     BatchMsg,
-    PushQueue,
+    ZmqPushQueue,
     ReplyMsg,
     StatusMsg,
     StatusRequestMsg,
@@ -28,8 +28,8 @@ STATUS_TIMEOUT_S = 5.0
 
 class FrontendManager:
     def __init__(self, tokenizer_address: str, api_address: str) -> None:
-        self.to_tokenizer = PushQueue(tokenizer_address)
-        self.inbox = AsyncPullQueue(api_address)
+        self.to_tokenizer = ZmqPushQueue(tokenizer_address)
+        self.inbox = ZmqAsyncPullQueue(api_address)
         self.uids = itertools.count()
         self.streams: dict[int, asyncio.Queue[ReplyMsg]] = {}
         self.status_waiters: dict[int, asyncio.Future[StatusMsg]] = {}
@@ -71,7 +71,7 @@ class FrontendManager:
         """The client is gone: stop routing its replies and free its pages in the scheduler.
         Nothing happens if the request has already finished."""
         if self.streams.pop(uid, None) is not None:
-            self.to_tokenizer.put(AbortMsg(uid))
+            self.to_tokenizer.put(AbortBackendMsg(uid))
 
     async def status(self) -> StatusMsg:
         """Ask the scheduler how it is doing (through the tokenizer worker)."""

@@ -8,12 +8,12 @@ return their input.
 
 from .comm import all_gather, all_reduce, min_over_ranks
 from .group import init_tp_group, leave_tp_group
-from .info import TPInfo, get_tp_info, set_tp_info
+from .info import DistributedInfo, get_tp_info, set_tp_info
 from .shard import HeadShard, head_shard, split_range, vocab_block
 
 __all__ = [
     "HeadShard",
-    "TPInfo",
+    "DistributedInfo",
     "all_gather",
     "all_reduce",
     "get_tp_info",

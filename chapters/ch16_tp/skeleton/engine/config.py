@@ -20,7 +20,7 @@ class EngineConfig:
     gpu_memory_fraction: float = 0.85  # share of free GPU memory for the KV cache
     max_running_req: int = 32  # rows of the page table: requests that can run at once
     max_seq_len: int | None = None  # None: the model's max_position_embeddings
-    attention_backend: str = "auto"  # "torch", "flashinfer", or "auto": see Engine
+    attention_backend: str = "auto"  # "torch", "flashinfer" ("fi"), or "auto": see Engine
     cuda_graph_max_bs: int | None = None  # decode CUDA graphs up to this batch; None: auto, 0: off
     seed: int = 0  # seeds the sampler's random generator
     show_progress: bool = True  # progress bar while loading weights

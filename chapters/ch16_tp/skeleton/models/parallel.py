@@ -13,7 +13,7 @@ from __future__ import annotations
 from torch import nn
 
 from minisgl.distributed.comm import min_over_ranks
-from minisgl.distributed.info import TPInfo
+from minisgl.distributed.info import DistributedInfo
 from minisgl.distributed.shard import HeadShard, head_shard, split_range
 from minisgl.layers.parallel import (
     ColumnParallelLinear,
@@ -35,7 +35,7 @@ def qkv_rows(heads: HeadShard, head_dim: int) -> list[tuple[int, int]]:
 
 
 def sharded_attention(
-    config: ModelConfig, tp: TPInfo
+    config: ModelConfig, tp: DistributedInfo
 ) -> tuple[HeadShard, ColumnParallelLinear, RowParallelLinear]:
     """This rank's heads, its QKV projection (rows) and its output projection (columns)."""
     heads = head_shard(config.num_heads, config.num_kv_heads, tp)
@@ -45,7 +45,9 @@ def sharded_attention(
     return heads, qkv_proj, o_proj
 
 
-def sharded_mlp(config: ModelConfig, tp: TPInfo) -> tuple[ColumnParallelLinear, RowParallelLinear]:
+def sharded_mlp(
+    config: ModelConfig, tp: DistributedInfo
+) -> tuple[ColumnParallelLinear, RowParallelLinear]:
     """This rank's gate/up projection (its rows of each) and down projection (its columns)."""
     block = split_range(config.intermediate_size, tp.size, tp.rank)
     gate_up_proj = ColumnParallelLinear(config.hidden_size, [block, block], bias=False)
@@ -57,7 +59,7 @@ class RankLayout(ModelLayout):
     """One rank's slice of the model: its heads and their projections, its block of the MLP and
     of the vocabulary. `agree` gives every rank the smallest value of any."""
 
-    def __init__(self, tp: TPInfo) -> None:
+    def __init__(self, tp: DistributedInfo) -> None:
         self.tp = tp
         self.processes = tp.size
 

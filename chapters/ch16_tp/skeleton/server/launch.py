@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 
 from minisgl.launcher import Launcher
-from minisgl.message import ExitMsg, PushQueue, ipc_address
+from minisgl.message import ExitMsg, ZmqPushQueue, ipc_address
 from minisgl.scheduler.io import run_scheduler
 from minisgl.server.args import ServerArgs
 from minisgl.tokenizer import run_tokenizer_worker
@@ -92,7 +92,7 @@ def stop_backend(launcher: Launcher, addresses: Addresses) -> None:
     launcher.begin_stop()
     if launcher.failure is None:
         for address in (addresses.tokenizer, addresses.scheduler):
-            sender = PushQueue(address)
+            sender = ZmqPushQueue(address)
             sender.put(ExitMsg())
             sender.close()
     launcher.stop()

@@ -328,4 +328,5 @@ def flashinfer_usable(setup: AttnSetup) -> bool:
 register_backend(
     "flashinfer",
     BackendEntry(create=create_flashinfer_backend, usable=flashinfer_usable, priority=10),
+    aliases=("fi",),  # upstream's name for it
 )

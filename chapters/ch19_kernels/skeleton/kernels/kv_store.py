@@ -42,7 +42,7 @@ def store_kv_kernel(
     raise NotImplementedError("ch19: Copy row (token, head) of k and of v to row (out_loc[token], head) of the pools.")
 
 
-def store_kv(
+def store_cache(
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
     k: torch.Tensor,
@@ -65,4 +65,4 @@ class KernelKVCache(MHAKVCache):
     def store_kv(
         self, k: torch.Tensor, v: torch.Tensor, out_loc: torch.Tensor, layer_id: int
     ) -> None:
-        store_kv(self.k_cache(layer_id), self.v_cache(layer_id), k, v, out_loc)
+        store_cache(self.k_cache(layer_id), self.v_cache(layer_id), k, v, out_loc)
