@@ -118,7 +118,8 @@ def speedups(results: Sequence[OfflineResult], baseline: str = "transformers") -
 def run_engine(
     model: Path, work: Workload, dtype: torch.dtype, settings: dict[str, Any], variant: str
 ) -> OfflineResult:
-    """The workload through `LLM.generate` (one call, every request queued at once)."""
+    """The workload through `LLM.generate` (one call, every request queued at once); `settings`
+    are the engine's (pages of 16 tokens unless they say otherwise)."""
     from minisgl.core import SamplingParams
     from minisgl.llm import LLM
 
@@ -129,8 +130,7 @@ def run_engine(
         max_running_req=len(work.prompts),
         show_progress=False,
         max_seq_len=work.longest + 16,
-        page_size=16,
-        **settings,
+        **{"page_size": 16, **settings},
     ) as llm:
         outputs, seconds = timed(
             lambda: llm.generate(work.prompts, params),
