@@ -8,6 +8,7 @@ streaming clients against a live server get sane figures."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import random
 import shutil
@@ -20,6 +21,8 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import ROOT, TINY_MODELS, require_model
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from server_fixture import LiveServer, start_server
 
 from minisgl.benchmark import (
@@ -36,6 +39,7 @@ from minisgl.benchmark import (
     speedups,
     summarize,
 )
+from minisgl.benchmark import offline
 from minisgl.benchmark.offline import requested_tokens, timed
 
 MODEL = TINY_MODELS["qwen3"]
@@ -80,6 +84,48 @@ def test_the_official_workload_is_the_one_the_committed_results_measured() -> No
     assert recorded, "no official results under benchmark/results/"
     work = make_workload(WORKLOADS["official"], 0)
     assert {(work.input_tokens, work.output_tokens)} == recorded
+
+
+def documented_draw(spec: WorkloadSpec, seed: int) -> tuple[list[list[int]], list[int]]:
+    """The draw order make_workload's docstring spells out, step by step."""
+    rng = random.Random(seed)
+    prompts = []
+    for _ in range(spec.num_requests):
+        length = rng.randint(*spec.input_lens)
+        prompts.append([rng.randint(*spec.token_ids) for _ in range(length)])
+    return prompts, [rng.randint(*spec.output_lens) for _ in range(spec.num_requests)]
+
+
+def bounds(low: int, span: int) -> st.SearchStrategy[tuple[int, int]]:
+    return st.tuples(st.integers(low, low + 50), st.integers(0, span)).map(
+        lambda pair: (pair[0], pair[0] + pair[1])
+    )
+
+
+@settings(max_examples=40)
+@given(
+    num_requests=st.integers(0, 12),
+    input_lens=bounds(1, 20),
+    output_lens=bounds(1, 300),
+    token_ids=bounds(0, 10_000),
+    seed=st.integers(0, 2**32),
+)
+def test_any_workload_is_drawn_in_the_documented_order(
+    num_requests: int,
+    input_lens: tuple[int, int],
+    output_lens: tuple[int, int],
+    token_ids: tuple[int, int],
+    seed: int,
+) -> None:
+    spec = WorkloadSpec(num_requests, input_lens, output_lens, token_ids)
+    work = make_workload(spec, seed)
+    prompts, lens = documented_draw(spec, seed)
+    assert [len(p) for p in work.prompts] == [len(p) for p in prompts], (
+        "prompt lengths differ from the documented draw (each prompt's length, then its ids)"
+    )
+    assert work.prompts == prompts, "token ids differ from the documented draw"
+    assert work.output_lens == lens, "output lengths differ: drawn after all the prompts?"
+    assert all(type(i) is int for p in work.prompts for i in p), "ids must be Python ints"
 
 
 # --- latency metrics from stream timestamps -------------------------------------------------
@@ -179,6 +225,98 @@ def test_streams_without_text_count_their_tokens_apart_from_the_errors() -> None
         assert summary[f"latency_p{q}_ms"] == pytest.approx(expected)
 
 
+times = st.floats(0, 1e4, allow_nan=False)
+
+
+@settings(max_examples=60)
+@given(values=st.lists(times, max_size=30), q=st.floats(0, 100))
+def test_percentile_is_the_documented_interpolation_and_leaves_its_input_alone(values, q) -> None:
+    given_values = list(values)
+    got = percentile(values, q)
+    assert values == given_values, "percentile reordered the caller's list: sort a copy"
+    if not values:
+        assert math.isnan(got), "no values have no percentile (nan), not 0"
+        return
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q / 100
+    low, high = math.floor(k), math.ceil(k)
+    expected = ordered[low] + (ordered[high] - ordered[low]) * (k - low)
+    assert got == pytest.approx(expected, abs=1e-9), f"rank k = {k:.3f} of {len(values)} values"
+    assert ordered[low] <= got + 1e-9 and got <= ordered[high] + 1e-9
+    assert percentile(values, 0) == ordered[0] and percentile(values, 100) == ordered[-1]
+
+
+def test_percentile_weighs_the_two_ranks_by_the_fraction_of_k() -> None:
+    # k = 3 * 40 / 100 = 1.2: 20% of the way from rank 1 (10) to rank 2 (20)
+    assert percentile([30.0, 0.0, 20.0, 10.0], 40) == pytest.approx(12.0)
+    assert percentile([1.0, 3.0], 50) == pytest.approx(2.0)  # even count: the two middle ones
+
+
+@settings(max_examples=40)
+@given(
+    sent=times,
+    waits=st.lists(st.floats(0, 5, allow_nan=False), max_size=8),
+    tail=st.floats(0, 5, allow_nan=False),
+)
+def test_a_streams_latencies_follow_from_its_timestamps(sent, waits, tail) -> None:
+    pieces = list(itertools.accumulate(waits, initial=sent))[1:]
+    done = (pieces[-1] if pieces else sent) + tail
+    result = RequestResult(ok=True, sent_s=sent, piece_s=pieces, done_s=done)
+    if pieces:
+        assert result.ttft_s == pytest.approx(waits[0], abs=1e-6), "TTFT: sent_s to first piece"
+    else:
+        assert math.isnan(result.ttft_s), "a stream without pieces has no TTFT (nan)"
+    assert result.itl_s == pytest.approx(waits[1:], abs=1e-6), "ITL: each piece minus the last"
+    assert result.latency_s == pytest.approx(done - sent, abs=1e-6), "latency: sent_s to done_s"
+
+
+SUMMARY_KEYS = {
+    "requests",
+    "errors",
+    "streams_without_text",
+    "seconds",
+    "output_tokens",
+    "request_throughput",
+    "token_throughput",
+} | {f"{name}_p{q}_ms" for name in ("ttft", "itl", "latency") for q in (50, 90, 99)}
+
+
+def test_summarize_reports_exactly_the_documented_keys_in_milliseconds() -> None:
+    result = RequestResult(
+        ok=True, sent_s=1.0, piece_s=[1.25, 1.5, 2.0], done_s=2.5, output_tokens=7, text_chars=4
+    )
+    summary = summarize([result], 2.0)
+    assert set(summary) == SUMMARY_KEYS
+    assert summary["seconds"] == 2.0
+    assert summary["ttft_p50_ms"] == pytest.approx(250.0), "TTFT 0.25 s is 250 ms"
+    assert summary["itl_p99_ms"] == pytest.approx((0.25 + 0.99 * 0.25) * 1e3), "gaps 0.25, 0.5 s"
+    assert summary["latency_p90_ms"] == pytest.approx(1500.0)
+    assert summary["streams_without_text"] == 0 and summary["errors"] == 0
+
+
+def test_a_failed_request_is_an_error_whatever_its_message_and_counts_nowhere_else() -> None:
+    failed = RequestResult(ok=False, error="", sent_s=0.0, piece_s=[0.5], done_s=0.75)
+    failed.output_tokens, failed.text_chars = 50, 0
+    good = RequestResult(ok=True, sent_s=0.0, piece_s=[0.1], done_s=0.2, output_tokens=3)
+    good.text_chars = 5
+    summary = summarize([failed, good], 1.0)
+    assert summary["errors"] == 1, "ok=False is an error, with or without a message"
+    assert summary["streams_without_text"] == 0, "a broken stream is an error, not a silent one"
+    assert summary["output_tokens"] == 3 and summary["request_throughput"] == pytest.approx(1.0)
+    assert summary["ttft_p99_ms"] == pytest.approx(100.0), "a failed stream's TTFT counted"
+
+
+def test_a_run_where_every_request_failed_has_no_latency_and_no_throughput() -> None:
+    failed = [RequestResult(ok=False, error="HTTP 503", sent_s=0.0, done_s=1.0) for _ in range(3)]
+    summary = summarize(failed, 2.0)
+    assert summary["requests"] == 3 and summary["errors"] == 3
+    assert summary["output_tokens"] == 0 and summary["token_throughput"] == 0
+    assert summary["request_throughput"] == 0
+    for key in SUMMARY_KEYS:
+        if key.endswith("_ms"):
+            assert math.isnan(summary[key]), f"{key}: no latency at all is nan, not a number"
+
+
 # --- offline accounting ---------------------------------------------------------------------
 
 
@@ -225,6 +363,76 @@ def test_speedups_compare_throughputs_of_the_same_work() -> None:
     assert speedups([engine]) == {}
     with pytest.raises(ValueError):
         speedups([base, OfflineResult("minisgl", 0.5, [[1] * 3, [2] * 4])])
+
+
+class FakeClock:
+    """time.perf_counter for `timed`, advanced only by what the test's callables do."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def spend(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_timed_counts_exactly_the_run_and_its_drain(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Warm-up 100 s, the warm-up's drain 10 s, the run 1 s, its drain 0.5 s: 1.5 s."""
+    clock = FakeClock()
+    monkeypatch.setattr(offline.time, "perf_counter", clock)
+    drains = iter([10.0, 0.5])
+    value, seconds = timed(
+        lambda: clock.spend(1.0) or "out",
+        warmup=lambda: clock.spend(100.0),
+        sync=lambda: clock.spend(next(drains)),
+    )
+    assert value == "out"
+    assert seconds == pytest.approx(1.5), (
+        f"{seconds} s: the clock must start after warm-up and its sync, and stop after the "
+        "sync that follows run"
+    )
+
+
+@settings(max_examples=40)
+@given(
+    rows=st.lists(
+        st.tuples(st.lists(st.integers(0, 99), max_size=10), st.integers(0, 10)), max_size=8
+    )
+)
+def test_requested_tokens_keeps_each_rows_first_output_len_tokens(rows) -> None:
+    generated = [tuple(row) for row, _ in rows]  # any sequence of ids, e.g. a tensor row
+    lens = [n for _, n in rows]
+    short = [i for i, (row, n) in enumerate(rows) if len(row) < n]
+    if short:
+        with pytest.raises(ValueError):
+            requested_tokens(generated, lens)
+        return
+    kept = requested_tokens(generated, lens)
+    assert kept == [list(row[:n]) for row, n in rows], "each row's first output_len tokens"
+    assert all(type(k) is list for k in kept), "each request's tokens as a list"
+
+
+def test_speedups_compare_the_work_request_by_request_not_in_total() -> None:
+    base = OfflineResult("transformers", 4.0, [[1] * 3, [2] * 5])
+    swapped = OfflineResult("minisgl", 1.0, [[1] * 5, [2] * 3])  # same total, other requests
+    with pytest.raises(ValueError):
+        speedups([base, swapped])
+    fewer = OfflineResult("minisgl", 1.0, [[1] * 3])
+    with pytest.raises(ValueError):
+        speedups([base, fewer])
+
+
+def test_speedups_take_any_baseline_anywhere_in_the_results() -> None:
+    work = [[1] * 4, [2] * 6]
+    fast = OfflineResult("graphs", 0.5, work)
+    slow = OfflineResult("eager", 2.0, work)
+    other = OfflineResult("transformers", 8.0, work)
+    ratios = speedups([fast, other, slow], baseline="eager")
+    assert ratios == pytest.approx({"graphs": 4.0, "transformers": 0.25, "eager": 1.0})
+    assert list(ratios) == ["graphs", "transformers", "eager"], "one ratio per result, in order"
+    assert speedups([fast, other], baseline="eager") == {}
 
 
 def test_an_offline_run_on_tiny_qwen3_does_the_same_work_in_the_engine_and_transformers() -> None:
