@@ -16,8 +16,12 @@ from pathlib import Path
 
 import pytest
 import torch
+import triton
 from conftest import MODELS, encode, greedy, guarded_llm, hf_greedy_cached, require_model
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from safetensors import safe_open
+from test_ch17_gpu_attention import HostSyncGuard
 from transformers import Qwen3MoeConfig
 from transformers.models.qwen3_moe.modeling_qwen3_moe import (
     Qwen3MoeMLP,
@@ -26,7 +30,7 @@ from transformers.models.qwen3_moe.modeling_qwen3_moe import (
 )
 
 from minisgl.distributed import set_tp_info
-from minisgl.kernels.fused_moe import align_to_blocks, fused_moe
+from minisgl.kernels.fused_moe import align_to_blocks, fused_moe, grouped_gemm_kernel
 from minisgl.models import ModelConfig, create_model, load_weights
 from minisgl.layers.moe import (
     ExpertWeights,
@@ -139,6 +143,47 @@ def test_route_matches_the_transformers_router(top_k, renormalize):
         assert bool((weights.sum(dim=-1) < 1 - 1e-3).all())
 
 
+@st.composite
+def routings(draw: st.DrawFn, max_tokens: int = 12) -> tuple[torch.Tensor, int, int]:
+    """Random expert ids [tokens, top_k] over num_experts: (ids, num_experts, top_k)."""
+    num_experts = draw(st.integers(1, 10))
+    top_k = draw(st.integers(1, min(num_experts, 4)))
+    tokens = draw(st.integers(1, max_tokens))
+    # a few favourite experts, as real routers have; distinct within each token
+    rows = [draw(st.permutations(range(num_experts)))[:top_k] for _ in range(tokens)]
+    return torch.tensor(rows, dtype=torch.int64), num_experts, top_k
+
+
+@settings(max_examples=25)
+@given(
+    tokens=st.integers(1, 6),
+    num_experts=st.integers(2, 10),
+    data=st.data(),
+    renormalize=st.booleans(),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float16]),
+)
+def test_route_softmaxes_all_experts_in_float32_and_keeps_the_best_k(
+    tokens, num_experts, data, renormalize, dtype
+):
+    top_k = data.draw(st.integers(1, num_experts), label="top_k")
+    seed = data.draw(st.integers(0, 2**16), label="seed")
+    logits = torch.randn(tokens, num_experts, generator=torch.Generator().manual_seed(seed)) * 3
+    logits = logits.to(dtype)
+    weights, expert_ids = route(logits, top_k, renormalize)
+    assert weights.dtype == torch.float32, (
+        f"weights are {weights.dtype}: the softmax runs in float32"
+    )
+    assert expert_ids.dtype == torch.int64, f"expert ids are {expert_ids.dtype}, not int64"
+    assert weights.shape == expert_ids.shape == (tokens, top_k)
+    probs = torch.softmax(logits.double(), dim=-1)  # over ALL experts
+    kept = probs.gather(1, expert_ids)
+    assert bool((weights[:, :-1] >= weights[:, 1:]).all()), "the best expert comes first"
+    best = probs.topk(top_k, dim=-1).values
+    torch.testing.assert_close(kept, best, atol=1e-6, rtol=0, msg="not the k most likely experts")
+    expected = kept / kept.sum(-1, keepdim=True) if renormalize else kept
+    torch.testing.assert_close(weights.double(), expected, atol=1e-6, rtol=1e-5)
+
+
 # --- dispatch: sort by expert, run each expert, scatter back -------------------------------------
 
 
@@ -191,6 +236,61 @@ def test_sparse_block_matches_the_transformers_sparse_block(renormalize):
         torch.testing.assert_close(block(hidden[0]), hf(hidden)[0], atol=ATOL, rtol=0)
 
 
+@settings(max_examples=40)
+@given(routing=routings(max_tokens=20))
+def test_sort_by_expert_never_waits_for_the_device(routing):
+    """Any routing, some experts unused: a stable sort, every expert counted, and nothing
+    that reads a value back to the host (bincount does: on a GPU it stalls the step)."""
+    expert_ids, num_experts, _ = routing
+    flat = expert_ids.flatten().tolist()
+    with HostSyncGuard("sort_by_expert", fatal=True):
+        order, tokens_per_expert = sort_by_expert(expert_ids, num_experts)
+    assert order.tolist() == sorted(range(len(flat)), key=lambda pair: flat[pair])
+    assert tokens_per_expert.tolist() == [flat.count(e) for e in range(num_experts)]
+    assert order.dtype == tokens_per_expert.dtype == torch.int64
+
+
+@settings(max_examples=30)
+@given(routing=routings(), extra_tokens=st.integers(0, 3), data=st.data())
+def test_scatter_back_weights_each_pair_into_its_token_in_the_outputs_dtype(
+    routing, extra_tokens, data
+):
+    expert_ids, _, top_k = routing
+    tokens = expert_ids.shape[0]
+    pairs = tokens * top_k
+    dtype = data.draw(st.sampled_from([torch.float32, torch.bfloat16]), label="dtype")
+    gen = torch.Generator().manual_seed(pairs)
+    weights = torch.rand(tokens, top_k, generator=gen)  # float32, as route returns them
+    order = torch.randperm(pairs, generator=gen)
+    expert_out = torch.randn(pairs, 8, generator=gen).to(dtype)
+    num_tokens = tokens + extra_tokens  # the last rows receive no pair
+    got = scatter_back(expert_out, order, weights, num_tokens)
+    assert got.dtype == dtype, f"the result is {got.dtype}, expert_out is {dtype}"
+    expected = torch.zeros(num_tokens, 8, dtype=torch.float64)
+    for row, pair in enumerate(order.tolist()):
+        expected[pair // top_k] += weights.flatten()[pair].double() * expert_out[row].double()
+    tolerance = 1e-5 if dtype == torch.float32 else 0.05
+    torch.testing.assert_close(got.double(), expected, atol=tolerance, rtol=tolerance)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_moe_forward_torch_keeps_the_hidden_dtype_and_skips_unused_experts(dtype):
+    """Every token on experts 2 and 5 only: the other experts get no tokens (and their
+    weights, NaN here, must never be read)."""
+    hidden, weights, _ = routed(5, 2)
+    expert_ids = torch.tensor([[2, 5], [5, 2]] * 2 + [[2, 5]])
+    gate_up, down = random_experts()
+    expected = dense_reference(hidden, gate_up, down, weights, expert_ids)
+    unused = [e for e in range(EXPERTS) if e not in (2, 5)]
+    gate_up[unused], down[unused] = float("nan"), float("nan")
+    got = moe_forward_torch(
+        hidden.to(dtype), gate_up.to(dtype), down.to(dtype), weights, expert_ids
+    )
+    assert got.dtype == dtype and got.shape == hidden.shape
+    tolerance = ATOL if dtype == torch.float32 else 0.05
+    torch.testing.assert_close(got.float(), expected, atol=tolerance, rtol=tolerance)
+
+
 # --- loading: one checkpoint tensor per expert and projection ------------------------------------
 
 
@@ -219,6 +319,71 @@ def test_expert_weights_load_each_experts_tensors_and_this_ranks_slice():
         set_tp_info(0, 1)
     assert torch.equal(half.weight[expert, gate.shape[0] // 2 :], up[up.shape[0] // 2 :])
     assert torch.equal(columns.weight[expert], down[:, down.shape[1] // 2 :])
+
+
+class CheckpointSlice:
+    """safetensors' lazy slice: indexing reads that part alone; reading it all is refused."""
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor, self.reads = tensor, []
+
+    def __getitem__(self, index: slice | tuple[slice, ...]) -> torch.Tensor:
+        parts = index if isinstance(index, tuple) else (index,)
+        assert all(isinstance(part, slice) for part in parts), f"indexed with {index!r}"
+        whole = all(part == slice(None) for part in parts)
+        assert not whole, "read the whole checkpoint tensor: index only this rank's part"
+        self.reads.append(index)
+        return self.tensor[index]
+
+
+@settings(max_examples=40)
+@given(
+    num_experts=st.integers(1, 4),
+    projection_rows=st.lists(st.integers(1, 4), min_size=1, max_size=3),
+    cols=st.integers(1, 4),
+    split_dim=st.sampled_from([0, 1]),
+    tp_size=st.integers(1, 4),
+    data=st.data(),
+)
+def test_load_slice_fills_one_experts_projection_with_this_ranks_part(
+    num_experts, projection_rows, cols, split_dim, tp_size, data
+):
+    rank = data.draw(st.integers(0, tp_size - 1), label="rank")
+    expert = data.draw(st.integers(0, num_experts - 1), label="expert")
+    projection = data.draw(st.integers(0, len(projection_rows) - 1), label="projection")
+    weights = ExpertWeights(num_experts, projection_rows, cols, split_dim)
+    weights.weight.data.fill_(-1.0)  # what no checkpoint holds
+    rows = projection_rows[projection]
+    full = (rows * tp_size, cols) if split_dim == 0 else (rows, cols * tp_size)
+    tensor = torch.arange(full[0] * full[1], dtype=torch.float32).view(full)
+    checkpoint = CheckpointSlice(tensor)
+    set_tp_info(rank, tp_size)
+    try:
+        weights.load_slice("weight", expert * len(projection_rows) + projection, checkpoint)
+    finally:
+        set_tp_info(0, 1)
+    start = sum(projection_rows[:projection])
+    part = rows if split_dim == 0 else cols
+    mine = tensor.narrow(split_dim, rank * part, part)
+    assert torch.equal(weights.weight[expert, start : start + rows], mine), (
+        f"expert {expert}, projection {projection}: not rank {rank}'s part {rank} of {tp_size} "
+        f"along dimension {split_dim}"
+    )
+    untouched = weights.weight.clone()
+    untouched[expert, start : start + rows] = -1.0
+    assert bool((untouched == -1.0).all()), "rows of another expert or projection changed"
+    assert len(checkpoint.reads) == 1, "index the checkpoint once, with this rank's slice"
+
+
+def test_load_slice_refuses_a_checkpoint_tensor_of_the_wrong_shape():
+    weights = ExpertWeights(2, [3, 3], 4, 0)
+    with pytest.raises(ValueError):
+        weights.load_slice("weight", 1, torch.zeros(2, 4))  # 2 rows where the target holds 3
+    with pytest.raises(ValueError):
+        weights.load_slice("weight", 0, torch.zeros(3, 5))  # 5 columns for 4
+    columns = ExpertWeights(2, [4], 3, 1)
+    with pytest.raises(ValueError):
+        columns.load_slice("weight", 1, torch.zeros(4, 2))
 
 
 # --- the whole model: greedy parity with transformers --------------------------------------------
@@ -288,6 +453,96 @@ def test_align_to_blocks_pads_each_expert_to_whole_blocks(tokens, top_k, block_m
     assert len(used) == sum(-(-flat.count(e) // block_m) for e in range(EXPERTS))
 
 
+@settings(max_examples=40)
+@given(routing=routings(max_tokens=20), block_m=st.sampled_from([1, 4, 16]))
+def test_align_to_blocks_has_shapes_of_the_batch_alone_and_never_waits(routing, block_m):
+    """Any routing: the worst-case layout (its shapes depend only on the number of pairs),
+    int64 pair ids with num_pairs for padding, -1 past the last used block, no host sync."""
+    expert_ids, num_experts, _ = routing
+    flat = expert_ids.flatten().tolist()
+    num_pairs = len(flat)
+    with HostSyncGuard("align_to_blocks", fatal=True):
+        pair_ids, block_expert = align_to_blocks(expert_ids, num_experts, block_m)
+    max_blocks = -(-num_pairs // block_m) + min(num_experts, num_pairs)
+    assert block_expert.shape == (max_blocks,) and pair_ids.shape == (max_blocks * block_m,)
+    assert pair_ids.dtype == torch.int64
+    expected_ids, expected_experts = [], []
+    for e in range(num_experts):
+        pairs = [pair for pair in range(num_pairs) if flat[pair] == e]
+        blocks = -(-len(pairs) // block_m)
+        expected_ids += pairs + [num_pairs] * (blocks * block_m - len(pairs))
+        expected_experts += [e] * blocks
+    unused = max_blocks - len(expected_experts)
+    assert block_expert.tolist() == expected_experts + [-1] * unused
+    assert pair_ids.tolist() == expected_ids + [num_pairs] * (unused * block_m)
+
+
+def launch_grouped_gemm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    expert_ids: torch.Tensor,
+    weights: torch.Tensor,
+    pairs_per_a_row: int,
+    gated: bool,
+    weighted: bool,
+) -> torch.Tensor:
+    """The kernel over a sentinel-filled output with a spare row (a padding pair's) and spare
+    columns (past N): returns the whole buffer, so a store outside the result shows."""
+    num_experts, block_m = b.shape[0], 4
+    pair_ids, block_expert = align_to_blocks(expert_ids, num_experts, block_m)
+    num_pairs, n = expert_ids.numel(), b.shape[1] // 2 if gated else b.shape[1]
+    buffer = torch.full((num_pairs + 1, n + 5), 7.0)
+    grouped_gemm_kernel[(block_expert.numel(), triton.cdiv(n, 8))](
+        a,
+        b,
+        buffer,
+        pair_ids,
+        block_expert,
+        weights,
+        num_pairs,
+        n,
+        a.stride(0),
+        b.stride(0),
+        b.stride(1),
+        buffer.stride(0),
+        K=b.shape[2],
+        PAIRS_PER_A_ROW=pairs_per_a_row,
+        GATED=gated,
+        WEIGHTED=weighted,
+        PRECISION="ieee",
+        BLOCK_M=block_m,
+        BLOCK_N=8,
+        BLOCK_K=8,
+    )
+    return buffer
+
+
+@pytest.mark.parametrize("gated,weighted", [(False, False), (True, False), (False, True)])
+def test_grouped_gemm_kernel_reads_strided_rows_and_stores_only_real_cells(gated, weighted):
+    """A is a strided view (rows wider than K), K and N are not multiples of the blocks, the
+    flags each on their own: each pair's row is f(A[pair // top_k] @ B[expert]^T), and
+    nothing is stored for the padding pair or past column N."""
+    top_k, tokens, k, n = 2, 5, 13, 11
+    _, weights, expert_ids = routed(tokens, top_k, seed=7)
+    expert_ids = expert_ids % 3  # 3 experts: several pairs each
+    expert_ids[:, 1] = (expert_ids[:, 0] + 1) % 3
+    gen = torch.Generator().manual_seed(8)
+    a = torch.randn(tokens, k + 6, generator=gen)[:, 2 : 2 + k]  # stride(0) = k + 6
+    b = torch.randn(3, 2 * n if gated else n, k, generator=gen)
+    buffer = launch_grouped_gemm(a, b, expert_ids, weights.contiguous(), top_k, gated, weighted)
+    expected = torch.empty(tokens * top_k, n)
+    for pair, expert in enumerate(expert_ids.flatten().tolist()):
+        row = b[expert] @ a[pair // top_k]
+        if gated:
+            row = torch.nn.functional.silu(row[:n]) * row[n:]
+        expected[pair] = row * weights.flatten()[pair] if weighted else row
+    real = buffer[: tokens * top_k, :n]
+    torch.testing.assert_close(real, expected, atol=1e-4, rtol=1e-4)
+    assert bool((buffer[:, n:] == 7.0).all()), "stored past column N"
+    assert bool((buffer[tokens * top_k] == 7.0).all()), "stored the padding pair's row"
+
+
+# After the kernel tests above: a kernel that stores out of bounds may crash the process here.
 @pytest.mark.parametrize("tokens,top_k", [(1, 2), (13, 2), (33, 3)])
 def test_fused_moe_kernel_matches_the_torch_path(tokens, top_k):
     hidden, weights, expert_ids = routed(tokens, top_k)
