@@ -24,14 +24,22 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import settings
+from hypothesis import Phase, settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
 # Property-based chapter tests: the same examples on every run (a student's failure reproduces
-# on the rerun line the judge prints), no example database left behind, and no deadline (a
-# shared machine's slow example is no failure). A test sets its own, small, max_examples.
-settings.register_profile("course", derandomize=True, database=None, deadline=None)
+# on the rerun line the judge prints), no example database left behind, no deadline (a shared
+# machine's slow example is no failure), and no shrinking: the first failing example is reported
+# at once, where shrinking a kernel's failure could outlast the judge's 30 s per test. A test
+# sets its own, small, max_examples.
+settings.register_profile(
+    "course",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    phases=[Phase.explicit, Phase.generate],
+)
 settings.load_profile("course")
 MODELS = ROOT / "models"
 SMOLLM2 = MODELS / "SmolLM2-135M-Instruct"

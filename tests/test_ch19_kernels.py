@@ -16,12 +16,19 @@ import os
 
 os.environ["TRITON_INTERPRET"] = "1"  # before minisgl.kernels imports triton's jit
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 import torch
 from conftest import TINY_MODELS, hf_greedy_cached, require_model, run_until_idle
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_ch17_gpu_attention import HostSyncGuard
 
 from minisgl.core import Batch, Req, SamplingParams
-from minisgl.kernels.kv_store import KernelKVCache, store_cache
+from minisgl.kernels import step_inputs
+from minisgl.kernels.kv_store import KernelKVCache, store_kv
 from minisgl.kernels.step_inputs import KernelTableManager, prepare_inputs, write_next_tokens
 from minisgl.kernels.step_inputs import REQUESTS_PER_PROGRAM, TOKENS_PER_PROGRAM
 from minisgl.kvcache import MHAKVCache
@@ -79,6 +86,72 @@ def test_store_kv_kernel_writes_what_the_torch_store_writes(
         assert torch.equal(kernel_pool.k_cache(layer_id), torch_pool.k_cache(layer_id))
         assert torch.equal(kernel_pool.v_cache(layer_id), torch_pool.v_cache(layer_id))
     assert torch.equal(kernel_pool.k_cache(layer)[out_loc.long()], k)
+
+
+def padded_pools(
+    num_slots: int, kv_heads: int, head_dim: int, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A layer's K and V pools with each head and each slot padded, filled with noise: index
+    them with [:, :kv_heads, :head_dim] for pools whose strides are not what their shape says."""
+    generator = torch.Generator().manual_seed(seed)
+    shape = (num_slots, kv_heads + 1, head_dim + 3)
+    return torch.randn(shape, generator=generator), torch.randn(shape, generator=generator)
+
+
+@settings(max_examples=15)
+@given(
+    tokens=st.integers(1, 6),
+    kv_heads=st.integers(1, 3),
+    head_dim=st.integers(1, 24),
+    extra_slots=st.integers(0, 8),
+    seed=st.integers(0, 2**16),
+)
+def test_store_kv_follows_every_tensors_own_strides(tokens, kv_heads, head_dim, extra_slots, seed):
+    """k and v both strided views, pools whose slot and head strides are padded: only the
+    rows (out_loc[token], head) of each pool change, to exactly that token's k and v row."""
+    num_slots = tokens + extra_slots
+    padded = padded_pools(num_slots, kv_heads, head_dim, seed)
+    expected = [pool.clone() for pool in padded]
+    gen = torch.Generator().manual_seed(seed)
+    qkv = torch.randn(tokens, 3, kv_heads, head_dim + 2, generator=gen)
+    k, v = qkv[:, 1, :, :head_dim], qkv[:, 2, :, 1 : head_dim + 1]
+    out_loc = torch.randperm(num_slots, generator=gen)[:tokens].to(torch.int32)
+    store_kv(*(pool[:, :kv_heads, :head_dim] for pool in padded), k, v, out_loc)
+    for name, pool, want, rows in zip("KV", padded, expected, (k, v)):
+        want[out_loc.long(), :kv_heads, :head_dim] = rows
+        assert torch.equal(pool, want), (
+            f"the {name} pool differs from storing row (token, head) at (out_loc[token], head), "
+            "with each tensor's own strides (padding cells must stay as they were)"
+        )
+
+
+def test_store_kv_refuses_layouts_it_cannot_store():
+    k_pool, v_pool = (pool[:, :2, :8] for pool in padded_pools(4, 2, 8, seed=0))
+    k = v = torch.randn(2, 2, 8)
+    out_loc = torch.tensor([1, 3], dtype=torch.int32)
+    with pytest.raises(ValueError):  # K and V pools of different layouts
+        store_kv(k_pool, v_pool.contiguous(), k, v, out_loc)
+    every_other = torch.randn(2, 2, 16)[:, :, ::2]  # head rows with stride 2
+    with pytest.raises(ValueError):
+        store_kv(k_pool, v_pool, every_other, v, out_loc)
+    with pytest.raises(ValueError):
+        store_kv(k_pool, v_pool, k, every_other, out_loc)
+
+
+def test_store_kv_reaches_slots_past_two_to_the_31_elements():
+    """A pool of 2**29 + 8 slots of 8 halves: slot 2**29 + 3 starts at element 2**32 + 24,
+    which int32 arithmetic wraps to slot 3. The pool is allocated lazily: only the pages
+    written are backed by memory."""
+    slots = 2**29 + 8
+    k_pool = torch.empty(slots, 1, 8, dtype=torch.float16)
+    v_pool = torch.empty(slots, 1, 8, dtype=torch.float16)
+    k_pool[3], v_pool[3] = 0.0, 0.0
+    k, v = torch.ones(1, 1, 8, dtype=torch.float16), torch.full((1, 1, 8), 2.0, dtype=torch.float16)
+    store_kv(k_pool, v_pool, k, v, torch.tensor([2**29 + 3], dtype=torch.int32))
+    assert bool((k_pool[3] == 0).all() and (v_pool[3] == 0).all()), (
+        "slot 2**29 + 3 went to slot 3: slot * stride overflowed int32 (load the slot as int64)"
+    )
+    assert torch.equal(k_pool[2**29 + 3], k[0]) and torch.equal(v_pool[2**29 + 3], v[0])
 
 
 def paged_table(rows: int, row_len: int, page_size: int, seed: int) -> torch.Tensor:
@@ -157,6 +230,123 @@ def test_write_next_tokens_kernel_writes_only_where_torch_writes() -> None:
     assert torch.equal(kernel_table.token_pool, torch_table.token_pool)
     last = writers[-1]
     assert kernel_table.token_pool[last.table_idx, last.device_len] == next_tokens[last.uid]
+
+
+class Launches:
+    """A kernel of step_inputs, watched: each launch's grid is recorded and runs as library
+    code (the interpreter's own host work is not the step's); so is each make_device_tensor."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, kernel_name: str) -> None:
+        self.grids: list[tuple[int, ...]] = []
+        self.copies: list[torch.dtype] = []
+        kernel = getattr(step_inputs, kernel_name)
+        monkeypatch.setattr(step_inputs, kernel_name, self.watched(kernel))
+        real_copy = step_inputs.make_device_tensor
+
+        def copy(data: Any, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+            self.copies.append(dtype)
+            with HostSyncGuard.library():
+                return real_copy(data, dtype, device)
+
+        monkeypatch.setattr(step_inputs, "make_device_tensor", copy)
+
+    def watched(self, kernel: Any) -> Any:
+        launches = self
+
+        class Watched:
+            def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., None]:
+                def launch(*args: Any, **kwargs: Any) -> None:
+                    launches.grids.append(tuple(grid))
+                    with HostSyncGuard.library():
+                        kernel[grid](*args, **kwargs)
+
+                return launch
+
+        return Watched()
+
+
+@st.composite
+def ledgers(draw: st.DrawFn, max_reqs: int, rows: int) -> list[tuple[int, int, int]]:
+    """(table row, cached_len, device_len) of requests on distinct rows, prefills and decodes."""
+    count = draw(st.integers(1, max_reqs))
+    table_rows = draw(st.permutations(range(rows)))[:count]
+    result = []
+    for row in table_rows:
+        cached = draw(st.integers(0, 2 * BLOCK))
+        extend = draw(st.sampled_from([1, 2, BLOCK - 1, BLOCK, BLOCK + 1]))
+        result.append((row, cached, cached + extend))
+    return result
+
+
+@settings(max_examples=15)
+@given(reqs=ledgers(max_reqs=5, rows=8), page_size=st.sampled_from([1, 4]))
+def test_prepare_inputs_is_one_copy_one_launch_and_gathers_any_batch(
+    reqs: list[tuple[int, int, int]], page_size: int
+) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        launches = Launches(patch, "prepare_inputs_kernel")
+        kernel_table, torch_table = table_pair(8, 4 * BLOCK, page_size, seed=len(reqs))
+        batch, expected = Batch(make_reqs(reqs), "prefill"), Batch(make_reqs(reqs), "prefill")
+        with HostSyncGuard("prepare_inputs", fatal=True):
+            prepare_inputs(batch, kernel_table.token_pool, kernel_table.page_table)
+    torch_table.prepare_inputs(expected)
+    longest = max(device - cached for _, cached, device in reqs)
+    assert launches.copies == [torch.int32], (
+        f"host-to-device copies made: {launches.copies}; pack the four numbers per request into "
+        "one int32 tensor with make_device_tensor"
+    )
+    assert launches.grids == [(len(reqs), -(-longest // BLOCK))], (
+        "one launch on its documented grid"
+    )
+    for field in ("positions", "input_ids", "out_loc"):
+        got, want = getattr(batch, field), getattr(expected, field)
+        assert got.dtype == want.dtype, f"{field}: {got.dtype} != {want.dtype}"
+        assert torch.equal(got, want), f"{field} differs from the torch gather"
+
+
+@settings(max_examples=15)
+@given(
+    remaining=st.lists(
+        st.sampled_from([0, 0, 1, 4]), min_size=1, max_size=2 * REQUESTS_PER_PROGRAM
+    ),
+    seed=st.integers(0, 2**16),
+)
+def test_write_next_tokens_is_one_copy_one_launch_and_writes_only_decoding_requests(
+    remaining: list[int], seed: int
+) -> None:
+    """uids unlike the batch positions; requests with nothing left to sample (remain_len 0)
+    scattered anywhere, all of them included."""
+    gen = torch.Generator().manual_seed(seed)
+    rows = torch.randperm(len(remaining) + 2, generator=gen).tolist()
+    reqs = [
+        Req(
+            torch.arange(3 + i % 40, dtype=torch.int32),
+            rows[i],
+            0,
+            left,
+            1000 - i,
+            SamplingParams(),
+        )
+        for i, left in enumerate(remaining)
+    ]
+    next_tokens = torch.randint(0, 50_000, (len(reqs),), generator=gen)
+    kernel_table, torch_table = table_pair(len(reqs) + 2, 48, 1, seed=seed)
+    batch = Batch(reqs, "decode")
+    with pytest.MonkeyPatch.context() as patch:
+        launches = Launches(patch, "write_next_tokens_kernel")
+        with HostSyncGuard("write_next_tokens", fatal=True):
+            write_next_tokens(batch, next_tokens, kernel_table.token_pool)
+    torch_table.write_next_tokens(batch, next_tokens)
+    writers = sum(req.can_decode for req in reqs)
+    assert torch.equal(kernel_table.token_pool, torch_table.token_pool), (
+        "the token pool differs from writing next_tokens[i] at (table_idx, device_len) of each "
+        "request i that can still decode"
+    )
+    if writers:
+        assert launches.copies == [torch.int32], f"host-to-device copies: {launches.copies}"
+        assert launches.grids == [(-(-writers // REQUESTS_PER_PROGRAM),)]
+    else:
+        assert launches.grids == [] and launches.copies == [], "nothing to write: no launch"
 
 
 QWEN3 = TINY_MODELS["qwen3"]
