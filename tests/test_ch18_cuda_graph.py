@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 import torch
 from conftest import TINY_MODELS, greedy, guarded_llm, require_model
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_ch17_gpu_attention import (
     FakeFlashInfer,
     HostSyncGuard,
@@ -35,7 +37,7 @@ from test_ch17_gpu_attention import (
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
-from minisgl.attention.fi import page_lists, pad_page_lists
+from minisgl.attention.fi import PageLists, page_lists, pad_page_lists
 from minisgl.core import Batch
 from minisgl.engine import Engine, EngineConfig
 from minisgl.engine import graph as graph_module
@@ -162,6 +164,13 @@ def test_the_ladder_covers_every_batch_size_with_little_padding(max_bs):
     assert len(sizes) <= 3 + max_bs // 8 + 1  # one graph per 8 rows above 8, no more
 
 
+@settings(max_examples=60)
+@given(max_bs=st.integers(1, 600))
+def test_the_ladder_is_one_two_four_then_every_multiple_of_eight(max_bs):
+    expected = sorted({n for n in (1, 2, 4) if n < max_bs} | set(range(8, max_bs, 8)) | {max_bs})
+    assert graph_batch_sizes(max_bs) == expected, f"graph_batch_sizes({max_bs})"
+
+
 def test_each_batch_replays_the_smallest_graph_that_holds_it(monkeypatch, fake):
     engine = graph_engine(monkeypatch, fake, max_bs=12)
     runner = engine.runner
@@ -199,6 +208,31 @@ def test_padding_rows_are_one_query_on_one_page(size, pad_to):
     end = lists.kv_indptr[-1]
     assert padded.kv_indptr == lists.kv_indptr + [end + i for i in range(1, extra + 1)]
     assert padded.qo_indptr == lists.qo_indptr + [size + i for i in range(1, extra + 1)]
+
+
+@settings(max_examples=50)
+@given(
+    rows=st.lists(st.tuples(st.integers(1, 50), st.integers(1, 50)), max_size=10),
+    page_size=st.sampled_from([1, 4, 16]),
+    extra=st.integers(-3, 10),
+)
+def test_padding_any_batch_appends_one_query_one_page_rows_only(rows, page_size, extra):
+    seq_lens = [seq for seq, _ in rows]
+    extend_lens = [min(new, seq) for seq, new in rows]
+    lists = page_lists(seq_lens, extend_lens, page_size)
+    real = PageLists(*(list(field) for field in vars(lists).values()))
+    pad_to = len(rows) + extra
+    padded = pad_page_lists(lists, pad_to)
+    num_pad = max(0, extra)
+    assert vars(lists) == vars(real), "pad_page_lists changed the lists it was given"
+    assert len(padded.num_pages) == len(padded.last_page_len) == len(rows) + num_pad
+    assert padded.num_pages == real.num_pages + [1] * num_pad
+    assert padded.last_page_len == real.last_page_len + [1] * num_pad
+    for name in ("kv_indptr", "qo_indptr"):
+        ptr = getattr(padded, name)
+        assert ptr[: len(rows) + 1] == getattr(real, name), f"{name}: the real rows changed"
+        steps = [b - a for a, b in zip(ptr[len(rows) :], ptr[len(rows) + 1 :])]
+        assert steps == [1] * num_pad, f"{name}: each padding row owns exactly one entry"
 
 
 def test_a_padded_batch_is_planned_into_the_graphs_fixed_buffers(monkeypatch, fake):
@@ -242,6 +276,66 @@ def test_a_replay_equals_the_eager_forward_and_writes_no_live_kv(monkeypatch, fa
     allowed = set(b.out_loc.tolist()) | set(spare)
     assert set(changed.tolist()) <= allowed, "the replay wrote K/V outside the batch's slots"
     assert fake.syncs == [], "the step waited for the device:\n" + "\n".join(fake.syncs)
+
+
+def test_each_graph_is_captured_over_a_batch_planned_for_its_size(monkeypatch, fake):
+    """Capture plans an all-padding batch of the graph's size on the host first (its own graph
+    wrapper, over the fixed buffers), then records: plan, warm-up, capture, for each size."""
+    engine = graph_engine(monkeypatch, fake, max_bs=12)
+    layers = engine.model_config.num_layers
+    runner = engine.runner
+    graph_log = [entry for entry in fake.log if entry[0] == "graph decode"]
+    per_graph = [("graph decode", "plan")] + [("graph decode", "run")] * (2 * layers)
+    assert graph_log == per_graph * len(runner.batch_sizes), (
+        "each graph must be planned once, before its capture (and nothing planned during it)"
+    )
+    wrappers = {size: graph.forward.args[1].wrapper for size, graph in runner.graphs.items()}
+    assert len({id(w) for w in wrappers.values()}) == len(wrappers), "one wrapper per graph"
+    for size, wrapper in wrappers.items():
+        assert wrapper.use_cuda_graph and len(wrapper.planned.last_page_len) == size
+        assert wrapper is engine.attn_backend._graph_wrapper(size)
+
+
+def test_prepare_for_graph_plans_the_graphs_own_wrapper_for_all_its_rows(monkeypatch, fake):
+    engine = graph_engine(monkeypatch, fake, max_bs=8)
+    backend = engine.attn_backend
+    for seq_lens in ([9, 3, 14], [5, 2, 8, 11, 6]):
+        batch = hand_batch(engine, seq_lens, [n - 1 for n in seq_lens], "decode")
+        backend.prepare_for_graph(batch, 8, engine.num_pages)
+        meta = batch.attn_metadata
+        assert meta.wrapper is engine.runner.graphs[8].forward.args[1].wrapper
+        assert meta.last_indices.tolist() == list(range(8)), "a graph's every row is a last token"
+        assert fake.log[-1] == ("graph decode", "plan")
+    assert fake.syncs == [], "the step waited for the device:\n" + "\n".join(fake.syncs)
+
+
+def test_a_replay_copies_into_the_fixed_inputs_and_replays_one_graph(monkeypatch, fake):
+    engine = graph_engine(monkeypatch, fake, max_bs=8)
+    fill_pool(engine)
+    runner = engine.runner
+    fixed = {name: getattr(runner, name) for name in ("input_ids", "positions", "out_loc")}
+    addresses = {name: tensor.data_ptr() for name, tensor in fixed.items()}
+    with torch.inference_mode():
+        for seq_lens in ([6, 11, 2, 17, 9, 4, 8], [8, 5, 13]):  # graph 8, then graph 4
+            batch = hand_batch(engine, seq_lens, [n - 1 for n in seq_lens], "decode")
+            before = {size: graph.replays for size, graph in runner.graphs.items()}
+            engine.prepare_batch(batch)
+            logits = engine.run_model(batch)
+            size, graph_size = batch.size, runner.graph_size(batch.size)
+            replayed = {
+                s: g.replays - before[s] for s, g in runner.graphs.items() if g.replays > before[s]
+            }
+            assert replayed == {graph_size: 1}, f"batch of {size}: replays {replayed}"
+            assert logits.shape == (size, engine.model_config.vocab_size)
+            torch.testing.assert_close(logits, runner.logits[graph_size][:size])
+            for name, tensor in fixed.items():
+                assert getattr(runner, name) is tensor and tensor.data_ptr() == addresses[name]
+                assert torch.equal(tensor[:size], getattr(batch, name).to(tensor.dtype)), (
+                    f"the fixed {name} does not hold the batch's"
+                )
+            assert bool((runner.out_loc[size:graph_size] == runner.pad_slot).all()), (
+                "the padding rows must store their K/V on the spare page"
+            )
 
 
 @pytest.fixture
