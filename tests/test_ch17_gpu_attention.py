@@ -3,19 +3,22 @@
 CI has no GPU and no flashinfer, so `FakeFlashInfer` below stands in for the flashinfer module.
 Its two wrappers keep FlashInfer's contract and refuse what FlashInfer refuses: plan(...) takes
 the batch's CSR lists (int32 tensors, kept by reference as FlashInfer keeps them, not copied)
-with the head counts, head size, page size and dtypes, and run(q, (k pages, v pages)) must
-agree with that plan in every layer; a wrapper built for CUDA graphs copies the plan into the
-fixed buffers it was given and insists on its batch size. They compute paged attention in plain
-torch from exactly what was planned, as FlashInfer's kernels would, so wrong page lists give
-wrong tokens. The backend's step path (prepare_metadata, forward) runs under a `HostSyncGuard`
-that records every call that would make the host wait for the GPU (`.item()`, `.tolist()`, a
-tensor's truth value, `nonzero`, `repeat_interleave` without `output_size`, ...): on a GPU each
-one stalls the step and ends the overlap of chapter 13, and the tests demand none.
-The page lists are also checked against a walk over the page table, token by token.
+with the head counts, head size, page size and dtypes, and run(q, (k pages, v pages)) must agree
+with that plan in every layer, with q contiguous; a wrapper built for CUDA graphs copies the
+plan into the fixed buffers it was given and insists on its batch size. They compute paged
+attention in plain torch from exactly what was planned, as FlashInfer's kernels would, so wrong
+page lists give wrong tokens. The backend's step path (prepare_metadata, forward) runs under a
+`HostSyncGuard` that records every call that would make the host wait for the GPU (`.item()`,
+`.tolist()`, a tensor's truth value, `nonzero`, `repeat_interleave` without `output_size`, ...):
+on a GPU each one stalls the step and ends the overlap of chapter 13, and the tests demand none.
+The page lists are also checked against a walk over the page table, token by token, and the
+gather on the meta device (tensors without data, standing in for a GPU's: a host tensor mixed in
+raises).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import traceback
@@ -29,15 +32,23 @@ from typing import Any
 import pytest
 import torch
 from conftest import TINY_MODELS, greedy, guarded_llm, require_model
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
 import minisgl
 from minisgl.attention import ATTENTION_BACKENDS
 from minisgl.attention.base import AttnSetup
-from minisgl.attention.fi import create_flashinfer_backend, gather_page_indices, page_lists
+from minisgl.attention.fi import (
+    FlashInferBackend,
+    create_flashinfer_backend,
+    gather_page_indices,
+    page_lists,
+)
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.engine import Engine, EngineConfig
+from minisgl.kvcache import MHAKVCache
 
 MODEL = TINY_MODELS["qwen3"]
 
@@ -207,6 +218,8 @@ class Plan:
 
     def check_run(self, q: torch.Tensor, paged_kv: tuple[torch.Tensor, torch.Tensor]) -> None:
         """Raise as FlashInfer's run does when q or the KV pages disagree with the plan."""
+        if not q.is_contiguous():  # the kernels index q by its shape alone
+            raise ValueError(f"run: q must be contiguous, got strides {q.stride()}")
         if q.dtype != self.q_dtype:
             raise ValueError(f"run: q is {q.dtype}, the plan said {self.q_dtype}")
         if tuple(q.shape[1:]) != (self.num_qo_heads, self.head_dim):
@@ -467,6 +480,106 @@ def test_page_lists_match_a_walk_over_the_page_table(page_size):
     assert got.tolist() == [page for pages in walked for page in pages]
 
 
+@settings(max_examples=60)
+@given(
+    rows=st.lists(st.tuples(st.integers(1, 200), st.integers(1, 200)), max_size=12),
+    page_size=st.sampled_from([1, 2, 4, 16, 64]),
+)
+def test_page_lists_of_any_batch_follow_the_documented_formulas(rows, page_size):
+    seq_lens = [seq for seq, _ in rows]
+    extend_lens = [min(new, seq) for seq, new in rows]
+    lists = page_lists(seq_lens, extend_lens, page_size)
+    pages = [-(-n // page_size) for n in seq_lens]
+    assert lists.num_pages == pages, "a request of n tokens fills div_ceil(n, page_size) pages"
+    assert lists.kv_indptr == [sum(pages[:i]) for i in range(len(rows) + 1)], (
+        "kv_indptr starts at 0 and adds up num_pages"
+    )
+    assert lists.qo_indptr == [sum(extend_lens[:i]) for i in range(len(rows) + 1)], (
+        "qo_indptr starts at 0 and adds up extend_lens"
+    )
+    assert lists.last_page_len == [n - (p - 1) * page_size for n, p in zip(seq_lens, pages)]
+    assert all(1 <= used <= page_size for used in lists.last_page_len), (
+        "a last page holds between 1 and page_size slots in use, never 0"
+    )
+
+
+@settings(max_examples=30)
+@given(
+    seq_lens=st.lists(st.integers(1, 64), min_size=1, max_size=6),
+    page_size=st.sampled_from([1, 4, 16]),
+    seed=st.integers(0, 2**16),
+)
+def test_gather_page_indices_of_any_placement_without_waiting(seq_lens, page_size, seed):
+    """Requests on random pages and random table rows, the tensors typed as the backend
+    passes them (int64 rows, int32 counts and offsets): the walked pages, int32, no sync."""
+    table, rows = random_placement(seq_lens, page_size, 1000, seed=seed)
+    order = random.Random(seed).sample(range(len(rows)), len(rows))  # rows in any order
+    rows, seq_lens = [rows[i] for i in order], [seq_lens[i] for i in order]
+    lists = page_lists(seq_lens, seq_lens, page_size)
+    walked = [pages_by_walking(table, row, n, page_size) for row, n in zip(rows, seq_lens)]
+    with HostSyncGuard("gather_page_indices", fatal=True):
+        got = gather_page_indices(
+            table,
+            torch.tensor(rows),
+            torch.tensor(lists.num_pages, dtype=torch.int32),
+            torch.tensor(lists.kv_indptr, dtype=torch.int32),
+            lists.kv_indptr[-1],
+            page_size,
+        )
+    assert got.dtype == torch.int32, f"kv_indices are {got.dtype}: FlashInfer takes int32"
+    assert got.tolist() == [page for pages in walked for page in pages]
+
+
+class OneDevice(TorchFunctionMode):
+    """Refuses any torch call whose tensors live on more than one device (0-d host tensors,
+    Python scalars in disguise, aside): on a GPU such a call fails, or copies and waits."""
+
+    def __torch_function__(
+        self, func: Callable, types: tuple, args: tuple = (), kwargs: dict | None = None
+    ) -> Any:
+        tensors = [t for t in tree_leaves((args, kwargs or {})) if isinstance(t, torch.Tensor)]
+        devices = {t.device for t in tensors if t.dim() > 0}
+        if len(devices) > 1:
+            raise RuntimeError(
+                f"{getattr(func, '__name__', func)} mixes tensors on {sorted(map(str, devices))}"
+                f", at {student_line()}"
+            )
+        return func(*args, **(kwargs or {}))
+
+
+META = torch.device("meta")  # tensors without data: a GPU's stand-in that a host tensor can't join
+
+
+def test_gather_page_indices_stays_on_the_page_tables_device():
+    table = torch.empty(8, 64, dtype=torch.int32, device=META)
+    rows = torch.empty(3, dtype=torch.int64, device=META)
+    counts = torch.empty(3, dtype=torch.int32, device=META)
+    indptr = torch.empty(4, dtype=torch.int32, device=META)
+    with OneDevice():
+        got = gather_page_indices(table, rows, counts, indptr, 11, 4)
+    assert got.device == META and got.dtype == torch.int32 and got.shape == (11,)
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_prepare_metadata_leaves_the_kernels_inputs_on_the_device(phase):
+    """A backend whose pool and page table live on the meta device: the planned pages and
+    the metadata's last_indices (the LM head's index) must be device tensors too."""
+    pool = MHAKVCache(64, 1, 2, 64, torch.bfloat16, META)
+    table = torch.empty(4, 32, dtype=torch.int32, device=META)
+    backend = FlashInferBackend(pool, table, 4, 4, 2, 64, wrappers=FakeFlashInfer())
+    ids = [torch.arange(n, dtype=torch.int32) for n in (9, 3, 14)]
+    reqs = [
+        Req(t, row, len(t) - 1 if phase == "decode" else 0, 4, row, SamplingParams())
+        for row, t in enumerate(ids)
+    ]
+    batch = Batch(reqs, phase)
+    with OneDevice():
+        backend.prepare_metadata(batch)
+    planned = batch.attn_metadata.wrapper.planned
+    assert planned.kv_indices.device == META, "the pages must be gathered on the device"
+    assert batch.attn_metadata.last_indices.device == META, "last_indices must be on the device"
+
+
 @pytest.fixture
 def fake() -> FakeFlashInfer:
     return FakeFlashInfer()
@@ -555,6 +668,68 @@ def test_logits_equal_the_torch_backend_and_each_batch_is_planned_once(
     layers = engine.model_config.num_layers
     assert fake.log == [(phase, "plan")] + [(phase, "run")] * layers
     assert fake.syncs == [], "the step waited for the device:\n" + "\n".join(fake.syncs)
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_prepare_metadata_describes_once_and_stores_the_planned_wrapper(monkeypatch, fake, phase):
+    engine = hand_engine(monkeypatch, fake, "flashinfer", page_size=4)
+    backend = engine.attn_backend
+    seq_lens = [13, 7, 24]
+    cached = [0, 3, 8] if phase == "prefill" else [n - 1 for n in seq_lens]
+    batch = hand_batch(engine, seq_lens, cached, phase)
+    described = []
+    real_describe = backend.describe
+
+    def describe(*args: Any, **kwargs: Any) -> Any:
+        described.append(real_describe(*args, **kwargs))
+        return described[-1]
+
+    monkeypatch.setattr(backend, "describe", describe)
+    backend.prepare_metadata(batch)
+    assert len(described) == 1, f"described the batch {len(described)} times, not once"
+    meta = batch.attn_metadata
+    expected = backend.prefill_wrapper if phase == "prefill" else backend.decode_wrapper
+    assert meta.wrapper is expected, f"a {phase} batch runs the {phase} wrapper"
+    assert fake.log == [(phase, "plan")]
+    assert meta.wrapper.planned.kv_indices is described[0].kv_indices, "plan the described batch"
+    ends = list(itertools.accumulate(n - c for n, c in zip(seq_lens, cached)))
+    assert meta.last_indices.tolist() == [end - 1 for end in ends], (
+        "last_indices: each request's last new token in the batch"
+    )
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_forward_stores_first_then_runs_on_a_contiguous_q(monkeypatch, fake, phase):
+    """One layer's forward on a strided q (a view of a wider tensor, as a fused projection
+    gives) against the torch backend's: the new K/V stored once through the pool's store_kv
+    at out_loc, and the new tokens attending to themselves."""
+    seq_lens = [13, 7, 24]
+    cached = [0, 3, 8] if phase == "prefill" else [n - 1 for n in seq_lens]
+    outputs, pools, stores = {}, {}, []
+    for backend in ("torch", "flashinfer"):
+        engine = hand_engine(monkeypatch, fake, backend, page_size=4)
+        fill_pool(engine)
+        batch = hand_batch(engine, seq_lens, cached, phase)
+        engine.attn_backend.prepare_metadata(batch)
+        config = engine.model_config
+        heads, kv_heads, head_dim = config.num_heads, config.num_kv_heads, config.head_dim
+        gen = torch.Generator().manual_seed(1)
+        tokens = len(batch.out_loc)
+        q = torch.randn(tokens, heads, head_dim + 5, generator=gen)[..., :head_dim]
+        k, v = torch.randn(2, tokens, kv_heads, head_dim, generator=gen)
+        if backend == "flashinfer":
+            real_store = engine.kv_cache.store_kv
+            record = lambda *args: stores.append(args) or real_store(*args)  # noqa: E731
+            monkeypatch.setattr(engine.kv_cache, "store_kv", record)
+        forward = engine.attn_backend.forward
+        outputs[backend] = forward(q if backend == "flashinfer" else q.contiguous(), k, v, 1, batch)
+        pools[backend] = (engine.kv_cache.k_cache(1).clone(), engine.kv_cache.v_cache(1).clone())
+    assert len(stores) == 1, f"store_kv called {len(stores)} times in one layer's forward"
+    stored_k, stored_v, out_loc, layer = stores[0]
+    assert layer == 1 and stored_k is k and stored_v is v and out_loc is batch.out_loc
+    for name, got, want in zip("KV", pools["flashinfer"], pools["torch"]):
+        assert torch.equal(got, want), f"the {name} pool differs after the forward"
+    torch.testing.assert_close(outputs["flashinfer"], outputs["torch"], atol=1e-4, rtol=1e-4)
 
 
 def prompts(count: int, seed: int) -> list[list[int]]:
