@@ -28,7 +28,7 @@ from test_ch17_gpu_attention import HostSyncGuard
 
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.kernels import step_inputs
-from minisgl.kernels.kv_store import KernelKVCache, store_kv
+from minisgl.kernels.kv_store import KernelKVCache, store_cache
 from minisgl.kernels.step_inputs import KernelTableManager, prepare_inputs, write_next_tokens
 from minisgl.kernels.step_inputs import REQUESTS_PER_PROGRAM, TOKENS_PER_PROGRAM
 from minisgl.kvcache import MHAKVCache
@@ -106,7 +106,9 @@ def padded_pools(
     extra_slots=st.integers(0, 8),
     seed=st.integers(0, 2**16),
 )
-def test_store_kv_follows_every_tensors_own_strides(tokens, kv_heads, head_dim, extra_slots, seed):
+def test_store_cache_follows_every_tensors_own_strides(
+    tokens, kv_heads, head_dim, extra_slots, seed
+):
     """k and v both strided views, pools whose slot and head strides are padded: only the
     rows (out_loc[token], head) of each pool change, to exactly that token's k and v row."""
     num_slots = tokens + extra_slots
@@ -116,7 +118,7 @@ def test_store_kv_follows_every_tensors_own_strides(tokens, kv_heads, head_dim, 
     qkv = torch.randn(tokens, 3, kv_heads, head_dim + 2, generator=gen)
     k, v = qkv[:, 1, :, :head_dim], qkv[:, 2, :, 1 : head_dim + 1]
     out_loc = torch.randperm(num_slots, generator=gen)[:tokens].to(torch.int32)
-    store_kv(*(pool[:, :kv_heads, :head_dim] for pool in padded), k, v, out_loc)
+    store_cache(*(pool[:, :kv_heads, :head_dim] for pool in padded), k, v, out_loc)
     for name, pool, want, rows in zip("KV", padded, expected, (k, v)):
         want[out_loc.long(), :kv_heads, :head_dim] = rows
         assert torch.equal(pool, want), (
@@ -125,20 +127,20 @@ def test_store_kv_follows_every_tensors_own_strides(tokens, kv_heads, head_dim, 
         )
 
 
-def test_store_kv_refuses_layouts_it_cannot_store():
+def test_store_cache_refuses_layouts_it_cannot_store():
     k_pool, v_pool = (pool[:, :2, :8] for pool in padded_pools(4, 2, 8, seed=0))
     k = v = torch.randn(2, 2, 8)
     out_loc = torch.tensor([1, 3], dtype=torch.int32)
     with pytest.raises(ValueError):  # K and V pools of different layouts
-        store_kv(k_pool, v_pool.contiguous(), k, v, out_loc)
+        store_cache(k_pool, v_pool.contiguous(), k, v, out_loc)
     every_other = torch.randn(2, 2, 16)[:, :, ::2]  # head rows with stride 2
     with pytest.raises(ValueError):
-        store_kv(k_pool, v_pool, every_other, v, out_loc)
+        store_cache(k_pool, v_pool, every_other, v, out_loc)
     with pytest.raises(ValueError):
-        store_kv(k_pool, v_pool, k, every_other, out_loc)
+        store_cache(k_pool, v_pool, k, every_other, out_loc)
 
 
-def test_store_kv_reaches_slots_past_two_to_the_31_elements():
+def test_store_cache_reaches_slots_past_two_to_the_31_elements():
     """A pool of 2**29 + 8 slots of 8 halves: slot 2**29 + 3 starts at element 2**32 + 24,
     which int32 arithmetic wraps to slot 3. The pool is allocated lazily: only the pages
     written are backed by memory."""
@@ -147,7 +149,7 @@ def test_store_kv_reaches_slots_past_two_to_the_31_elements():
     v_pool = torch.empty(slots, 1, 8, dtype=torch.float16)
     k_pool[3], v_pool[3] = 0.0, 0.0
     k, v = torch.ones(1, 1, 8, dtype=torch.float16), torch.full((1, 1, 8), 2.0, dtype=torch.float16)
-    store_kv(k_pool, v_pool, k, v, torch.tensor([2**29 + 3], dtype=torch.int32))
+    store_cache(k_pool, v_pool, k, v, torch.tensor([2**29 + 3], dtype=torch.int32))
     assert bool((k_pool[3] == 0).all() and (v_pool[3] == 0).all()), (
         "slot 2**29 + 3 went to slot 3: slot * stride overflowed int32 (load the slot as int64)"
     )
