@@ -257,13 +257,13 @@ else:
 # %% [markdown]
 # ## On an H200: where a decode step goes
 #
-# The committed results of `benchmark/decode_step.py --profile` (run by `benchmark/run_gpu.sh
+# The committed results of `benchmark/decode_step.py --parts` (run by `benchmark/run_gpu.sh
 # steps`): a Qwen3-0.6B-shaped model in bf16, with this chapter's kernels and CUDA graphs, at
 # batch 1, 64 and 256 with 512-token contexts. "step" is the wall time of one scheduler step,
-# "replay" the device time of the forward's graph; under it, the host time of each part of the
-# step, measured under cProfile (which slows Python: read the parts against each other). The
-# parts nest: scheduling the batch includes preparing it, which includes the attention plan and
-# the sampling arguments; "previous results" includes the wait for the device.
+# "replay" the device time of the forward's graph; under it, the milliseconds of each part of
+# the step by the step clock of `benchmark/offline.py`: scheduling the next batch (its pages,
+# inputs and attention plan), launching it, waiting for the previous batch's tokens, and
+# processing them. A step that waits is bound by the device; one that hardly waits, by the host.
 
 # %%
 results = ROOT / "benchmark" / "results"
@@ -277,7 +277,7 @@ for row in (r for r in steps if r["date"][:16] == newest[:16]):
     print(
         f"batch {batch:>3}: step {step_ms:.2f} ms, replay {replay_ms:.2f} ms, {rate:,.0f} tokens/s"
     )
-    parts = read_results_dir(results, benchmark="decode_profile", batch=batch)
+    parts = read_results_dir(results, benchmark="decode_step_parts", batch=batch)
     for part in (p for p in parts if p["date"][:16] == newest[:16]):
-        if part["part"] != "whole step":
-            print(f"    {part['part']:<28}{part['host_ms_per_step']:6.2f} ms of host time")
+        clock = ("schedule", "launch", "wait", "process")  # the step clock's parts, in order
+        print("    " + ", ".join(f"{name} {part[f'{name}_ms']:.2f} ms" for name in clock))
