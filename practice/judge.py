@@ -23,6 +23,7 @@ import argparse
 import os
 import shutil
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -47,6 +48,7 @@ from course.paths import MODELS, PRACTICE, PYTHON, ROOT
 from course.practice import can_import, runs_ok
 from course.practice import grade as grade_in_sandbox
 from course.problems import ENVS, TIMEOUTS, Problem, ProblemError, derived_starter, find_problem
+from course.problems import solution_source
 from course.problems import load_problems as load_problems_in
 from course.report import console, mark, print_practice_run
 from course.runner import Run
@@ -168,9 +170,7 @@ def cmd_solution(args: argparse.Namespace) -> int:
         "Looking is fine once you have tried: compare, then close it and write "
         "your own from memory."
     )
-    console.print(
-        Syntax((problem.path / "solution.py").read_text("utf-8"), "python", line_numbers=True)
-    )
+    console.print(Syntax(solution_source(problem), "python", line_numbers=True))
     if problem.explanation:
         console.print(Panel(Markdown(problem.explanation), title="Explanation"))
     return 0
@@ -231,6 +231,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 # --- check (maintainers) -----------------------------------------------------------------------
 
 
+def graded_solution(problem: Problem, folder: Path) -> Path:
+    """A file in `folder` holding the solution as it is graded: with the bodies it takes from
+    the reference engine put in (solution_source)."""
+    path = folder / f"{problem.slug}.py"
+    path.write_text(solution_source(problem), "utf-8")
+    return path
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     started = time.monotonic()
     problems = [
@@ -238,11 +246,14 @@ def cmd_check(args: argparse.Namespace) -> int:
         for p in load_problems(args.problems)
         if not args.only or {str(p.number), p.slug} & set(args.only)
     ]
-    with ThreadPoolExecutor(args.jobs) as pool:
+    with tempfile.TemporaryDirectory() as folder, ThreadPoolExecutor(args.jobs) as pool:
         runs = {
-            (p.slug, kind): pool.submit(grade, p, p.path / f"{kind}.py")
+            (p.slug, kind): pool.submit(grade, p, path)
             for p in problems
-            for kind in ("solution", "starter")
+            for kind, path in (
+                ("solution", graded_solution(p, Path(folder))),
+                ("starter", p.path / "starter.py"),
+            )
         }
         errors = {
             p.slug: unsound_problem(

@@ -144,11 +144,14 @@ def test_every_browser_problem_solution_passes_and_starter_fails_on_pyodide(tmp_
     runs = [
         {
             "id": f"{p.slug}/{kind}",
-            "submission": (p.path / f"{kind}.py").read_text(),
+            "submission": submission,
             "tests": (p.path / "test.py").read_text(),
         }
         for p in BROWSER_PROBLEMS
-        for kind in ("solution", "starter")
+        for kind, submission in (
+            ("solution", judge.solution_source(p)),  # with the bodies it takes from the engine
+            ("starter", (p.path / "starter.py").read_text()),
+        )
     ]
     (tmp_path / "runs.json").write_text(json.dumps(runs))
     started = time.monotonic()
@@ -341,7 +344,7 @@ def test_chromium_solves_a_problem_on_its_page_and_the_index_shows_it(
             f"{time.monotonic() - started:.1f} s"
         )
         assert not await tab.evaluate("document.querySelector('.practice-hint').hidden")
-        verdict = await tab.run_tests((solved.path / "solution.py").read_text())
+        verdict = await tab.run_tests(judge.solution_source(solved))
         results = await tab.evaluate("document.querySelector('.practice-results').innerText")
         assert verdict == "passed", results
         assert not await tab.evaluate(explanation), "the explanation is still hidden"
@@ -367,7 +370,7 @@ def test_chromium_stops_an_infinite_loop_and_runs_again_afterwards(
         results = await tab.evaluate("document.querySelector('.practice-results').innerText")
         assert f"Stopped after {judge.TIMEOUTS['browser']} s" in results
         assert time.monotonic() - started < judge.TIMEOUTS["browser"] + 60
-        verdict = await tab.run_tests((looping.path / "solution.py").read_text())
+        verdict = await tab.run_tests(judge.solution_source(looping))
         assert verdict == "passed", "the page did not recover after stopping the loop"
 
     in_tab(devtools, scenario)

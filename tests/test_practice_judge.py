@@ -15,7 +15,14 @@ import time
 from pathlib import Path
 
 import pytest
-from course.problems import course_problems, derived_starter, parse_problem
+from course.problems import (
+    REFERENCE_BODY,
+    ProblemError,
+    course_problems,
+    derived_starter,
+    parse_problem,
+    solution_source,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 JUDGE = ROOT / "practice" / "judge.py"
@@ -414,6 +421,67 @@ def test_every_real_starter_is_derived_from_its_solution() -> None:
         if derived_starter(p) != (p.path / "starter.py").read_text()
     ]
     assert stale == [], f"run practice/judge.py sync: {stale}"
+
+
+ENGINE_PY = '''\
+class Doubler:
+    def double(self, x: int) -> int:
+        """The engine's own docstring."""
+        # a comment of the engine
+        result = x + x
+        return result
+
+    def __init__(self) -> None:
+        self.calls = 0
+'''
+
+MARKED_SOLUTION_PY = '''\
+class Doubler:
+    def __init__(self) -> None:
+        """Given."""
+        # reference body: doubling.py:Doubler.__init__
+
+    def double(self, x: int) -> int:
+        """The problem's docstring."""
+        # reference body: doubling.py:Doubler.double
+'''
+
+
+def test_a_solution_takes_a_body_from_the_engine_instead_of_a_copy(tmp_path: Path) -> None:
+    engine = tmp_path / "engine"
+    engine.mkdir()
+    (engine / "doubling.py").write_text(ENGINE_PY)
+    folder = write_problem(tmp_path / "problems", solution=MARKED_SOLUTION_PY)
+    problem = parse_problem(folder, {0})
+    assert solution_source(problem, engine) == (
+        "class Doubler:\n"
+        "    def __init__(self) -> None:\n"
+        '        """Given."""\n'
+        "        self.calls = 0\n"
+        "\n"
+        "    def double(self, x: int) -> int:\n"
+        '        """The problem\'s docstring."""\n'
+        "        # a comment of the engine\n"
+        "        result = x + x\n"
+        "        return result\n"
+    ), "the engine's body below its docstring, in the solution's place and indentation"
+    (engine / "doubling.py").write_text(ENGINE_PY.replace("def double", "def twice"))
+    with pytest.raises(ProblemError, match="double_it: .*doubling.py:Doubler.double"):
+        solution_source(problem, engine)
+
+
+def test_check_and_solution_use_the_solution_with_its_reference_bodies() -> None:
+    """A real problem whose solution takes its answer from the engine: graded and shown whole."""
+    marked = [
+        p.slug
+        for p in course_problems()
+        if REFERENCE_BODY.search((p.path / "solution.py").read_text())
+    ]
+    assert "stop_holdback" in marked, marked
+    done = run_judge("check", "stop_holdback")
+    assert done.returncode == 0, done.stdout + done.stderr
+    shown = run_judge("solution", "stop_holdback").stdout
+    assert "reference body" not in shown and "self.pending.find(s)" in shown, shown
 
 
 def test_list_and_solution(problems: Path, workspace: Path) -> None:

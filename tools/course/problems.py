@@ -2,19 +2,31 @@
 
 A problem is problem.md (front matter, statement, `## Hint`, `## Explanation`), starter.py,
 solution.py and test.py, whose `test_example*` functions are the samples shown to the student.
+
+Where the answer is the engine's own code, solution.py does not copy it: the function keeps its
+signature and docstring, and its body is one comment naming the reference function whose body
+it is (REFERENCE_BODY); `solution_source` puts that body in, so the two cannot drift.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 from course.errors import CourseError
-from course.manifest import Course
+from course.manifest import ENGINE, Course
 from course.paths import PYTHON, ROOT
-from course.source import definitions, derive_starter, functions, stub_raise
+from course.source import (
+    body_span,
+    definitions,
+    derive_starter,
+    find_definition,
+    functions,
+    stub_raise,
+)
 
 DIFFICULTIES = ("easy", "medium", "hard")
 ENVS = ("browser", "torch", "cuda")  # browser: standard library only (runs in Pyodide too)
@@ -22,6 +34,12 @@ TIMEOUTS = {"browser": 20, "torch": 120, "cuda": 300}  # seconds for a whole tes
 FRONT_MATTER_KEYS = ("number", "title", "chapter", "difficulty", "env")
 PROBLEM_FILES = ("problem.md", "starter.py", "solution.py", "test.py")
 SAMPLE_PREFIX = "test_example"
+# A solution function's whole body, below its docstring, that is the body of a function of the
+# reference engine:    # reference body: scheduler/decode.py:DecodeManager.filter_reqs
+REFERENCE_BODY = re.compile(
+    r"^(?P<indent>[ \t]+)# reference body: (?P<path>[\w/]+\.py):(?P<qualname>[\w.]+)[ \t]*$",
+    re.MULTILINE,
+)
 
 
 class ProblemError(CourseError):
@@ -186,12 +204,35 @@ def course_problems(root: Path = ROOT) -> list[Problem]:
     return load_problems(root / "practice" / "problems", set(Course.load(root).chapters))
 
 
+def solution_source(problem: Problem, engine: Path = ROOT / ENGINE) -> str:
+    """solution.py with every `# reference body: path:qualname` comment replaced by the body
+    (below the docstring) of that function of the engine, indented in its place: the answer
+    that is graded, shown (`judge.py solution`) and from which the starter is derived."""
+    text = (problem.path / "solution.py").read_text("utf-8")
+
+    def reference_body(match: re.Match[str]) -> str:
+        path, qualname = match["path"], match["qualname"]
+        try:
+            source = (engine / path).read_text("utf-8")
+            span = body_span(find_definition(source, qualname))
+        except (OSError, CourseError) as error:
+            raise ProblemError(
+                f"{problem.slug}: solution.py takes the body of {path}:{qualname}: {error}"
+            ) from None
+        if span is None:
+            raise ProblemError(f"{problem.slug}: {path}:{qualname} has no body to take")
+        body = "\n".join(source.splitlines()[span[0] - 1 : span[1]])
+        return textwrap.indent(textwrap.dedent(body), match["indent"])
+
+    return REFERENCE_BODY.sub(reference_body, text)
+
+
 def derived_starter(problem: Problem) -> str:
     """The starter.py that solution.py implies. The committed starter says only which functions
     are stubs (with the task each `raise NotImplementedError` states) and which helpers of the
     solution it leaves out; every other line comes from the solution, so the two cannot drift
     (`judge.py sync` rewrites it, `sync --check` names a stale one)."""
-    solution = (problem.path / "solution.py").read_text("utf-8")
+    solution = solution_source(problem)
     starter = (problem.path / "starter.py").read_text("utf-8")
     try:
         stubs = {

@@ -4,7 +4,7 @@ import torch
 
 from minisgl.core import Req
 from minisgl.scheduler.cache import CacheManager
-from minisgl.utils import div_ceil
+from minisgl.utils import div_ceil, make_device_tensor
 
 
 def allocate_paged(self: CacheManager, reqs: list[Req]) -> None:

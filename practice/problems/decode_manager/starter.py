@@ -5,6 +5,7 @@ from minisgl.core import Batch, Req
 
 class DecodeManager:
     def __init__(self, page_size: int) -> None:
+        """Given: nothing runs yet."""
         self.page_size = page_size
         self.running_reqs: dict[int, Req] = {}  # uid -> request, in admission order
 

@@ -8,7 +8,7 @@ from minisgl.tiny_engine import KVCache, TinyEngine
 
 
 def generate_ids(
-    engine: TinyEngine, prompt_ids: list[int], max_new_tokens: int, ignore_eos: bool = False
+    self: TinyEngine, prompt_ids: list[int], max_new_tokens: int, ignore_eos: bool = False
 ) -> list[int]:
     """Greedy decoding: prefill the whole prompt once, then feed back one token per step,
     reusing the KV cache. Stops after max_new_tokens or at EOS (which is included)."""

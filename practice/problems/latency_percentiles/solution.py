@@ -3,12 +3,7 @@ import math
 
 def percentile(values: list[float], q: float) -> float:
     """The q-th percentile (0-100) by linear interpolation between ranks; nan if empty."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * q / 100
-    lo, hi = math.floor(k), math.ceil(k)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+    # reference body: benchmark/metrics.py:percentile
 
 
 def latency_report(requests: list[tuple[float, list[float]]]) -> dict[str, float]:

@@ -1,13 +1,17 @@
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any, Sequence
 
+from tqdm import tqdm
+
 from minisgl.core import SamplingParams
+from minisgl.llm import LLM
 from minisgl.utils import InvalidRequestError
 
 
 def generate(
-    self,
+    self: LLM,
     prompts: Sequence[str] | Sequence[list[int]] | str,
     sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
     progress: bool = False,

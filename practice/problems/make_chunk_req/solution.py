@@ -15,16 +15,4 @@ def add_one_req(
 ) -> Req:
     """Spend this batch's token budget on `pending_req` from `cached_len`: the rest of its
     prompt if it fits, else a ChunkedReq for as much as the budget allows."""
-    extend = min(pending_req.input_len - cached_len, self.token_budget)
-    self.token_budget -= extend
-    end = cached_len + extend
-    req_class = ChunkedReq if end < pending_req.input_len else Req
-    return req_class(
-        input_ids=pending_req.input_ids[:end],
-        table_idx=table_idx,
-        cached_len=cached_len,
-        output_len=pending_req.output_len,
-        uid=pending_req.uid,
-        sampling_params=pending_req.sampling_params,
-        cache_handle=cache_handle,
-    )
+    # reference body: scheduler/prefill.py:PrefillAdder._add_one_req

@@ -4,7 +4,7 @@ import heapq
 
 import torch
 
-from minisgl.kvcache.radix_cache import RadixTreeNode, RadixPrefixCache
+from minisgl.kvcache.radix_cache import RadixPrefixCache
 
 
 def evict(self: RadixPrefixCache, num_tokens: int) -> torch.Tensor:
