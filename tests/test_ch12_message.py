@@ -199,7 +199,7 @@ SAMPLING_PARAMS = st.builds(
 )
 SINGLE_MESSAGES = st.one_of(
     st.builds(UserMsg, UIDS, st.lists(INT32, max_size=30), SAMPLING_PARAMS),
-    st.builds(AbortMsg, UIDS),
+    st.builds(AbortBackendMsg, UIDS),
     st.builds(StatusRequestMsg, UIDS),
     st.builds(ExitMsg),
     st.builds(
@@ -264,9 +264,9 @@ def test_an_unknown_class_name_is_refused_not_decoded_as_something_else() -> Non
 
 
 def test_get_takes_one_message_and_leaves_the_rest_queued_in_order(socket_dir: str) -> None:
-    inbox = PullQueue(ipc_address(socket_dir, "inbox"))
-    sender = PushQueue(ipc_address(socket_dir, "inbox"))
-    sent = [UserMsg(1, [5, 6], SamplingParams()), AbortMsg(1), ExitMsg()]
+    inbox = ZmqPullQueue(ipc_address(socket_dir, "inbox"))
+    sender = ZmqPushQueue(ipc_address(socket_dir, "inbox"))
+    sent = [UserMsg(1, [5, 6], SamplingParams()), AbortBackendMsg(1), ExitMsg()]
     for msg in sent:
         sender.put(msg)
     assert inbox.get(timeout_s=5) == sent[0]
@@ -277,8 +277,8 @@ def test_get_takes_one_message_and_leaves_the_rest_queued_in_order(socket_dir: s
 
 
 def test_get_counts_a_fraction_of_a_second_as_milliseconds(socket_dir: str) -> None:
-    inbox = PullQueue(ipc_address(socket_dir, "inbox"))
-    sender = PushQueue(ipc_address(socket_dir, "inbox"))
+    inbox = ZmqPullQueue(ipc_address(socket_dir, "inbox"))
+    sender = ZmqPushQueue(ipc_address(socket_dir, "inbox"))
     threading.Timer(0.2, sender.put, args=(StatusRequestMsg(5),)).start()
     assert inbox.get(timeout_s=0.9) == StatusRequestMsg(5), "a 0.9 s wait missed a 0.2 s message"
     sender.close()

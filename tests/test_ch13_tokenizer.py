@@ -435,7 +435,7 @@ def test_a_stop_string_in_the_schedulers_last_token_finishes_with_stop_and_no_ab
     ]
     assert "".join(r.text for r in replies) == " three"
     assert replies[-1].finish_reason == "stop", "a stop string ends the request with 'stop'"
-    assert not any(isinstance(m, AbortMsg) for m in to_scheduler.sent), (
+    assert not any(isinstance(m, AbortBackendMsg) for m in to_scheduler.sent), (
         "the scheduler already finished the request: there is nothing to abort"
     )
 
@@ -446,4 +446,4 @@ def test_a_stop_string_at_the_start_of_the_output_ends_it_with_empty_text(tokeni
     prompt_tokens = start(worker, 12, "Hi", stop=[" four"])
     [token] = tokenizer.encode(" four")
     assert worker.handle(DetokenizeMsg(12, token)) == [ReplyMsg(12, "", "stop", prompt_tokens, 1)]
-    assert to_scheduler.sent[-1] == AbortMsg(12)
+    assert to_scheduler.sent[-1] == AbortBackendMsg(12)

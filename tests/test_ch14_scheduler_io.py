@@ -354,10 +354,10 @@ def test_every_rank_gets_rank_zeros_messages_in_every_step_even_an_empty_one(
     ranks = RankGroup(2)
     monkeypatch.setattr(dist, "broadcast_object_list", ranks.broadcast_object_list)
     ios = [SchedulerIO(*sockets, rank=rank, group=RankGroup.Token(rank)) for rank in range(2)]
-    sender = PushQueue(sockets[0])
+    sender = ZmqPushQueue(sockets[0])
     # A step in which rank 0 received nothing: the others still meet it in the broadcast.
     assert ranks.receive(ios, block=False) == [[], []]
-    batch = [UserMsg(1, [3, 4], SamplingParams(max_tokens=2)), AbortMsg(1), ExitMsg()]
+    batch = [UserMsg(1, [3, 4], SamplingParams(max_tokens=2)), AbortBackendMsg(1), ExitMsg()]
     for msg in batch:
         sender.put(msg)
     time.sleep(0.3)  # let them arrive
@@ -482,7 +482,7 @@ def test_a_request_is_queued_with_its_own_uid_ids_and_sampling_params() -> None:
     scheduler, (io, outbox) = RecordingScheduler(), io_with_outbox()
     params = SamplingParams(temperature=0.5, top_k=3, max_tokens=7, seed=1)
     handle_msg(scheduler, io, UserMsg(41, [5, 6, 7], params))  # type: ignore[arg-type]
-    handle_msg(scheduler, io, AbortMsg(40))  # type: ignore[arg-type]
+    handle_msg(scheduler, io, AbortBackendMsg(40))  # type: ignore[arg-type]
     assert scheduler.calls == [("add", [5, 6, 7], params, 41), ("abort", 40)]
     assert outbox.sent == []
 
@@ -526,7 +526,7 @@ def run_until_idle(scheduler: Scheduler) -> list[TokenOutput]:
 def test_an_abort_for_a_queued_request_frees_it_before_it_runs(chunking_scheduler) -> None:  # noqa: ANN001
     io, outbox = io_with_outbox()
     handle_msg(chunking_scheduler, io, UserMsg(500, PROMPTS[0], SamplingParams(max_tokens=3)))
-    handle_msg(chunking_scheduler, io, AbortMsg(500))
+    handle_msg(chunking_scheduler, io, AbortBackendMsg(500))
     assert not chunking_scheduler.has_work, "the aborted request is still queued"
     status = chunking_scheduler.status()
     assert (status.running, status.waiting, status.used_pages) == (0, 0, 0)
@@ -540,7 +540,7 @@ def test_an_abort_for_a_request_in_the_middle_of_its_chunks_frees_its_pages(
     handle_msg(chunking_scheduler, io, UserMsg(501, long_prompt, SamplingParams(max_tokens=3)))
     assert chunking_scheduler.step() == []  # the first chunk: no token yet
     assert chunking_scheduler.status().used_pages > 0
-    handle_msg(chunking_scheduler, io, AbortMsg(501))
+    handle_msg(chunking_scheduler, io, AbortBackendMsg(501))
     assert [out for out in run_until_idle(chunking_scheduler) if out.uid == 501] == []
     status = chunking_scheduler.status()
     assert (status.running, status.waiting, status.used_pages) == (0, 0, 0)
@@ -585,7 +585,11 @@ def test_serve_handles_the_messages_ahead_of_an_exit_in_the_same_batch_then_retu
 
 def test_serve_runs_every_request_of_a_batch_but_one_aborted_behind_it(scheduler) -> None:  # noqa: ANN001
     params = SamplingParams(max_tokens=3, ignore_eos=True)
-    batch = [UserMsg(600, PROMPTS[0], params), UserMsg(601, PROMPTS[1], params), AbortMsg(600)]
+    batch = [
+        UserMsg(600, PROMPTS[0], params),
+        UserMsg(601, PROMPTS[1], params),
+        AbortBackendMsg(600),
+    ]
     io = ScriptedIO(scheduler, [batch])
     serve(scheduler, io)  # type: ignore[arg-type]
     assert [out.uid for out in io.outputs if out.uid == 600] == [], "600 was aborted at once"

@@ -178,11 +178,11 @@ def socket_dir() -> Iterator[str]:
 
 
 @asynccontextmanager
-async def frontend_and_api(socket_dir: str) -> AsyncIterator[tuple[FrontendManager, PushQueue]]:
+async def frontend_and_api(socket_dir: str) -> AsyncIterator[tuple[FrontendManager, ZmqPushQueue]]:
     """A started FrontendManager, and the queue on which the tokenizer worker answers it."""
     frontend = FrontendManager(ipc_address(socket_dir, "tokenizer"), ipc_address(socket_dir, "api"))
     frontend.start()
-    to_api = PushQueue(ipc_address(socket_dir, "api"))
+    to_api = ZmqPushQueue(ipc_address(socket_dir, "api"))
     try:
         yield frontend, to_api
     finally:
@@ -426,7 +426,7 @@ def test_every_chunk_of_a_stream_is_what_the_openai_schema_requires(
 def test_a_finished_requests_queue_is_dropped_even_if_the_consumer_stops_reading(
     socket_dir,  # noqa: ANN001
 ) -> None:
-    tokenizer_inbox = PullQueue(ipc_address(socket_dir, "tokenizer"))
+    tokenizer_inbox = ZmqPullQueue(ipc_address(socket_dir, "tokenizer"))
 
     async def read_until_finished(frontend: FrontendManager, uid: int) -> ReplyMsg:
         """A consumer that stops at the finishing reply and never asks for more."""
@@ -446,14 +446,14 @@ def test_a_finished_requests_queue_is_dropped_even_if_the_consumer_stops_reading
 
     asyncio.run(scenario())
     assert isinstance(tokenizer_inbox.get(timeout_s=5), TokenizeMsg)
-    assert tokenizer_inbox.get(timeout_s=0.3) is None, "an AbortMsg for a finished request"
+    assert tokenizer_inbox.get(timeout_s=0.3) is None, "an AbortBackendMsg for a finished request"
     tokenizer_inbox.close()
 
 
 def test_the_listener_routes_single_and_batched_messages_to_their_own_waiters(
     socket_dir,  # noqa: ANN001
 ) -> None:
-    tokenizer_inbox = PullQueue(ipc_address(socket_dir, "tokenizer"))
+    tokenizer_inbox = ZmqPullQueue(ipc_address(socket_dir, "tokenizer"))
 
     async def scenario() -> None:
         async with frontend_and_api(socket_dir) as (frontend, to_api):

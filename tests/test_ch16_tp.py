@@ -120,7 +120,7 @@ def test_head_shard_over_random_head_counts(num_kv_heads: int, group: int, size:
     num_heads = num_kv_heads * group
     if size > num_heads:  # some rank would get no query head at all
         with pytest.raises(ValueError, match="heads"):
-            head_shard(num_heads, num_kv_heads, TPInfo(size - 1, size))
+            head_shard(num_heads, num_kv_heads, DistributedInfo(size - 1, size))
         return
     check_head_shards(num_heads, num_kv_heads, size)
 
@@ -131,7 +131,7 @@ def test_vocab_block_over_random_sizes(vocab: int, size: int) -> None:
     """Blocks of ceil(vocab / size) ids from rank * padded on; a rank past the end holds an
     empty block (still `padded` rows of padding)."""
     padded = -(-vocab // size)
-    blocks = [vocab_block(vocab, TPInfo(rank, size)) for rank in range(size)]
+    blocks = [vocab_block(vocab, DistributedInfo(rank, size)) for rank in range(size)]
     expected = [(min(r * padded, vocab), min((r + 1) * padded, vocab), padded) for r in range(size)]
     assert blocks == expected, f"vocabulary {vocab} over {size} ranks"
 
