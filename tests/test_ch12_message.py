@@ -13,6 +13,8 @@ from collections.abc import Iterator
 import msgpack
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from minisgl.core import SamplingParams
 from minisgl.message import (
@@ -175,5 +177,109 @@ def test_get_all_nowait_drains_every_queued_message_in_one_call(socket_dir: str)
     assert inbox.socket.poll(5000)
     time.sleep(0.5)  # the other four follow the first within microseconds
     assert inbox.get_all_nowait() == [AbortBackendMsg(uid) for uid in range(5)]
+    sender.close()
+    inbox.close()
+
+
+# --- the whole contract: every field of every message, of any value of its type ------------------
+
+INT32 = st.integers(-(2**31), 2**31 - 1)  # what a token-id field can carry
+UIDS = st.integers(0, 2**63 - 1)
+COUNTS = st.integers(0, 2**31)
+FINISH_REASONS = st.sampled_from([None, "stop", "length", "abort"])
+TEXTS = st.text(max_size=20)
+SAMPLING_PARAMS = st.builds(
+    SamplingParams,
+    temperature=st.floats(0.0, 2.0),
+    top_k=st.one_of(st.just(-1), st.integers(1, 2**20)),
+    top_p=st.floats(0.0, 1.0, exclude_min=True),
+    max_tokens=st.integers(1, 2**20),
+    ignore_eos=st.booleans(),
+    seed=st.none() | st.integers(0, 2**63 - 1),
+)
+SINGLE_MESSAGES = st.one_of(
+    st.builds(UserMsg, UIDS, st.lists(INT32, max_size=30), SAMPLING_PARAMS),
+    st.builds(AbortBackendMsg, UIDS),
+    st.builds(StatusRequestMsg, UIDS),
+    st.builds(ExitMsg),
+    st.builds(
+        TokenizeMsg,
+        UIDS,
+        SAMPLING_PARAMS,
+        prompt=st.none() | TEXTS | st.lists(INT32, max_size=10),
+        messages=st.none()
+        | st.lists(st.fixed_dictionaries({"role": TEXTS, "content": TEXTS}), max_size=3),
+        stop=st.lists(TEXTS, max_size=3),
+    ),
+    st.builds(DetokenizeMsg, UIDS, st.none() | INT32, FINISH_REASONS, st.none() | TEXTS),
+    st.builds(ReplyMsg, UIDS, TEXTS, FINISH_REASONS, COUNTS, COUNTS, st.none() | TEXTS),
+    st.builds(
+        StatusMsg, UIDS, COUNTS, COUNTS, COUNTS, COUNTS, COUNTS, COUNTS, st.none() | st.booleans()
+    ),
+)
+MESSAGES = SINGLE_MESSAGES | st.builds(BatchMsg, st.lists(SINGLE_MESSAGES, max_size=4))
+QUICK = settings(derandomize=True, max_examples=150, deadline=None, database=None)
+
+
+def assert_same(received: object, sent: object, where: str = "message") -> None:
+    """Equal, and of the very same Python types all the way down (1 == 1.0 == True and
+    [1] == np.array([1]).tolist(), but a decoded field must be what was sent)."""
+    assert type(received) is type(sent), (
+        f"{where} came back as {type(received).__name__}, not {type(sent).__name__}"
+    )
+    if dataclasses.is_dataclass(sent):
+        for field in dataclasses.fields(sent):
+            name = f"{where}.{field.name}"
+            assert_same(getattr(received, field.name), getattr(sent, field.name), name)
+    elif isinstance(sent, list):
+        assert len(received) == len(sent), f"{where} has {len(received)} items, not {len(sent)}"
+        for i, (got, item) in enumerate(zip(received, sent)):
+            assert_same(got, item, f"{where}[{i}]")
+    elif isinstance(sent, dict):
+        assert received.keys() == sent.keys(), f"{where} has keys {list(received)}"
+        for key in sent:
+            assert_same(received[key], sent[key], f"{where}[{key!r}]")
+    else:
+        assert received == sent, f"{where} is {received!r}, sent {sent!r}"
+
+
+@QUICK
+@given(MESSAGES)
+def test_every_field_comes_back_with_its_value_and_its_python_type(msg: object) -> None:
+    assert_same(deserialize(serialize(msg)), msg)
+
+
+@QUICK
+@given(st.lists(INT32, min_size=1, max_size=50))
+def test_token_ids_are_packed_as_little_endian_int32_and_come_back_as_ints(ids: list[int]) -> None:
+    data = serialize(UserMsg(1, ids, SamplingParams()))
+    assert np.asarray(ids, dtype="<i4").tobytes() in data, "token ids are not packed as int32"
+    assert_same(deserialize(data).input_ids, ids, "input_ids")
+
+
+def test_an_unknown_class_name_is_refused_not_decoded_as_something_else() -> None:
+    forged = msgpack.packb(msgpack.ExtType(EXT_DATACLASS, msgpack.packb(["dict", {"uid": 1}])))
+    with pytest.raises(MessageError, match="dict"):
+        deserialize(forged)
+
+
+def test_get_takes_one_message_and_leaves_the_rest_queued_in_order(socket_dir: str) -> None:
+    inbox = ZmqPullQueue(ipc_address(socket_dir, "inbox"))
+    sender = ZmqPushQueue(ipc_address(socket_dir, "inbox"))
+    sent = [UserMsg(1, [5, 6], SamplingParams()), AbortBackendMsg(1), ExitMsg()]
+    for msg in sent:
+        sender.put(msg)
+    assert inbox.get(timeout_s=5) == sent[0]
+    time.sleep(0.3)  # the others are queued by now
+    assert inbox.get_all_nowait() == sent[1:], "get() must take one message, not drain the queue"
+    sender.close()
+    inbox.close()
+
+
+def test_get_counts_a_fraction_of_a_second_as_milliseconds(socket_dir: str) -> None:
+    inbox = ZmqPullQueue(ipc_address(socket_dir, "inbox"))
+    sender = ZmqPushQueue(ipc_address(socket_dir, "inbox"))
+    threading.Timer(0.2, sender.put, args=(StatusRequestMsg(5),)).start()
+    assert inbox.get(timeout_s=0.9) == StatusRequestMsg(5), "a 0.9 s wait missed a 0.2 s message"
     sender.close()
     inbox.close()

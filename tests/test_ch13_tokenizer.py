@@ -7,6 +7,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from conftest import SMOLLM2, load_tokenizer, require_model
 
 from minisgl.core import SamplingParams
@@ -258,3 +260,190 @@ def test_worker_passes_a_refusal_on_to_the_client_and_forgets_the_request(tokeni
     refusal = DetokenizeMsg(8, None, error="the prompt is too long")
     assert worker.handle(refusal) == [ReplyMsg(8, "", error="the prompt is too long")]
     assert worker.handle(DetokenizeMsg(8, 42)) == []
+
+
+# --- the whole contract: properties over random bytes and random texts -------------------------
+
+QUICK = settings(
+    derandomize=True,
+    max_examples=120,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+def gpt2_byte_chars() -> dict[int, str]:
+    """Byte-level BPE's alphabet: the character that stands for each byte in the vocabulary."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
+    printable += range(ord("®"), ord("ÿ") + 1)
+    unprintable = iter(range(256, 512))
+    return {b: chr(b) if b in printable else chr(next(unprintable)) for b in range(256)}
+
+
+@pytest.fixture(scope="module")
+def token_pools(tokenizer) -> list[list[int]]:  # noqa: ANN001
+    """Ids to draw from: one-byte tokens (any byte sequence, invalid UTF-8 included), tokens
+    of real multilingual text, and the special tokens (which show no text)."""
+    byte_ids = {tokenizer.convert_tokens_to_ids(char) for char in gpt2_byte_chars().values()}
+    byte_ids -= {tokenizer.unk_token_id}  # bytes that never occur in UTF-8 have no token
+    text_ids = {token for text in TEXTS for token in tokenizer.encode(text)}
+    return [sorted(byte_ids), sorted(text_ids), list(tokenizer.all_special_ids)]
+
+
+@QUICK
+@given(picks=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 2**20)), max_size=24))
+def test_text_is_shown_as_soon_as_it_ends_on_a_whole_character(
+    tokenizer,  # noqa: ANN001
+    token_pools: list[list[int]],
+    picks: list[tuple[int, int]],
+) -> None:
+    """The property, token by token: what was shown is the decode of the tokens so far,
+    except for a tail held back while that decode ends inside a character (U+FFFD), even if
+    invalid bytes earlier in the window decoded to U+FFFD."""
+    pools = [token_pools[0]] * 6 + [token_pools[1]] * 3 + [token_pools[2]]
+    ids = [pools[kind][index % len(pools[kind])] for kind, index in picks]
+    detokenizer = IncrementalDetokenizer(tokenizer)
+    shown = ""
+    for i, token in enumerate(ids):
+        shown += detokenizer.step(token)
+        so_far = tokenizer.decode(ids[: i + 1], skip_special_tokens=True)
+        assert so_far.startswith(shown), f"after {ids[: i + 1]}: showed {shown!r} of {so_far!r}"
+        if not so_far.endswith("\ufffd"):
+            assert shown == so_far, f"after {ids[: i + 1]}: held back {so_far[len(shown) :]!r}"
+    shown += detokenizer.flush()
+    assert shown == tokenizer.decode(ids, skip_special_tokens=True)
+    assert detokenizer.flush() == "", "a second flush repeated text already returned"
+
+
+def test_flush_returns_a_broken_last_character_as_it_decodes(tokenizer) -> None:  # noqa: ANN001
+    detokenizer = IncrementalDetokenizer(tokenizer)
+    ids = tokenizer.encode("ok 👍🏽")[:-1]
+    shown = "".join(detokenizer.step(token) for token in ids)
+    tail = detokenizer.flush()
+    assert tail.endswith("\ufffd") and shown + tail == tokenizer.decode(ids)
+    assert detokenizer.flush() == ""
+
+
+def held_back(text: str, stops: list[str]) -> int:
+    """How much of `text`'s end could still become a stop string: the longest proper prefix
+    of one that `text` ends with."""
+    return max((k for s in stops for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
+
+
+@QUICK
+@given(
+    text=st.text("ab<", max_size=16),
+    stops=st.lists(st.text("ab<", min_size=1, max_size=4), max_size=3),
+    cuts=st.lists(st.integers(0, 16), max_size=6),
+)
+def test_stop_matching_shows_all_but_a_possible_stop_string_and_cuts_at_the_earliest(
+    text: str, stops: list[str], cuts: list[int]
+) -> None:
+    """The property, piece by piece: before a match, what was shown is the text so far minus
+    the longest tail that could start a stop string; at the first match, exactly the text
+    before the earliest stop string (which may be at position 0)."""
+    matcher = StopMatcher(stops)
+    bounds = [0, *sorted(cuts), len(text)]
+    seen = shown = ""
+    for start, end in zip(bounds, bounds[1:]):
+        piece = text[start:end]
+        seen += piece
+        out, stopped = matcher.push(piece)
+        shown += out
+        hits = [seen.find(s) for s in stops if s in seen]
+        if hits:
+            assert stopped, f"stop strings {stops} occur in {seen!r}: not reported"
+            assert shown == seen[: min(hits)], f"{stops} in {seen!r}: showed {shown!r}"
+            return
+        assert not stopped, f"no stop string of {stops} in {seen!r}, yet stopped"
+        assert shown == seen[: len(seen) - held_back(seen, stops)], (
+            f"stops {stops}, text {seen!r} in pieces: showed {shown!r}"
+        )
+
+
+def test_a_stop_string_at_the_very_start_shows_nothing() -> None:
+    assert StopMatcher(["User:"]).push("User: hi") == ("", True)
+    matcher = StopMatcher(["\n"])
+    assert matcher.push("") == ("", False)
+    assert matcher.push("\nmore") == ("", True)
+
+
+def test_a_multi_turn_chat_goes_through_the_template_whole(tokenizer) -> None:  # noqa: ANN001
+    messages = [
+        {"role": "system", "content": "Answer briefly."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": "What is 2+2?"},
+    ]
+    ids = TokenizeManager(tokenizer).tokenize(TokenizeMsg(0, SamplingParams(), messages=messages))
+    assert type(ids) is list and all(type(i) is int for i in ids), "token ids: a list of ints"
+    expected = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    assert tokenizer.decode(ids) == expected
+
+
+def test_a_text_prompt_becomes_a_list_of_int_ids(tokenizer) -> None:  # noqa: ANN001
+    ids = TokenizeManager(tokenizer).tokenize(TokenizeMsg(0, SamplingParams(), prompt="Grüße 🙂"))
+    assert type(ids) is list and all(type(i) is int for i in ids), f"not a list of ints: {ids!r}"
+    assert tokenizer.decode(ids) == "Grüße 🙂"
+
+
+def start(worker: TokenizerWorker, uid: int, prompt: str, stop: list[str] | None = None) -> int:
+    """Start a request on the worker; its prompt's token count."""
+    assert worker.handle(TokenizeMsg(uid, SamplingParams(), prompt=prompt, stop=stop or [])) == []
+    return len(worker.tokenizer.encode(prompt))
+
+
+def test_the_last_reply_goes_out_even_when_the_last_token_shows_no_text(tokenizer) -> None:  # noqa: ANN001
+    worker = TokenizerWorker(tokenizer, Recorder(), Recorder())  # type: ignore[arg-type]
+    prompt_tokens = start(worker, 9, "A prompt of some tokens")
+    tokens = tokenizer.encode(" yes")
+    replies = [r for token in tokens for r in worker.handle(DetokenizeMsg(9, token))]
+    eos = worker.handle(DetokenizeMsg(9, tokenizer.eos_token_id, "stop"))
+    assert eos == [ReplyMsg(9, "", "stop", prompt_tokens, len(tokens) + 1)], (
+        "the EOS token shows no text, but its reply finishes the request"
+    )
+    assert "".join(r.text for r in replies) == " yes"
+
+
+def test_every_reply_counts_the_prompt_and_the_tokens_generated_so_far(tokenizer) -> None:  # noqa: ANN001
+    worker = TokenizerWorker(tokenizer, Recorder(), Recorder())  # type: ignore[arg-type]
+    prompt_tokens = start(worker, 10, "Count the tokens of this prompt, please")
+    tokens = tokenizer.encode(" one two 🙂 three")
+    for n, token in enumerate(tokens, start=1):
+        finish = "length" if n == len(tokens) else None
+        for reply in worker.handle(DetokenizeMsg(10, token, finish)):
+            assert (reply.uid, reply.prompt_tokens, reply.completion_tokens) == (
+                10,
+                prompt_tokens,
+                n,
+            ), f"reply to token {n}: {reply}"
+            assert reply.error is None
+
+
+def test_a_stop_string_in_the_schedulers_last_token_finishes_with_stop_and_no_abort(
+    tokenizer,  # noqa: ANN001
+) -> None:
+    to_scheduler = Recorder()
+    worker = TokenizerWorker(tokenizer, to_scheduler, Recorder())  # type: ignore[arg-type]
+    start(worker, 11, "Hi", stop=[" four"])
+    tokens = tokenizer.encode(" three four")
+    replies = [
+        r
+        for i, token in enumerate(tokens)
+        for r in worker.handle(DetokenizeMsg(11, token, "length" if i == len(tokens) - 1 else None))
+    ]
+    assert "".join(r.text for r in replies) == " three"
+    assert replies[-1].finish_reason == "stop", "a stop string ends the request with 'stop'"
+    assert not any(isinstance(m, AbortBackendMsg) for m in to_scheduler.sent), (
+        "the scheduler already finished the request: there is nothing to abort"
+    )
+
+
+def test_a_stop_string_at_the_start_of_the_output_ends_it_with_empty_text(tokenizer) -> None:  # noqa: ANN001
+    to_scheduler = Recorder()
+    worker = TokenizerWorker(tokenizer, to_scheduler, Recorder())  # type: ignore[arg-type]
+    prompt_tokens = start(worker, 12, "Hi", stop=[" four"])
+    [token] = tokenizer.encode(" four")
+    assert worker.handle(DetokenizeMsg(12, token)) == [ReplyMsg(12, "", "stop", prompt_tokens, 1)]
+    assert to_scheduler.sent[-1] == AbortBackendMsg(12)

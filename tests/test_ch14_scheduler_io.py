@@ -5,14 +5,18 @@ random model) serves in a thread; the test talks to it through real ZMQ sockets.
 
 from __future__ import annotations
 
+import pickle
 import shutil
 import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 import torch.distributed as dist
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from conftest import TINY_MODELS, hf_greedy_cached, require_model
 
 from minisgl.core import SamplingParams
@@ -27,10 +31,12 @@ from minisgl.message import (
     StatusRequestMsg,
     UserMsg,
     ipc_address,
+    serialize,
 )
 from minisgl.scheduler import Scheduler, SchedulerConfig
-from minisgl.scheduler.io import SchedulerIO, serve
-from minisgl.scheduler.utils import TokenOutput
+from minisgl.scheduler.io import SchedulerIO, handle_msg, serve
+from minisgl.scheduler.utils import SchedulerStatus, TokenOutput
+from minisgl.utils import InvalidRequestError, RequestTooLongError
 
 MODEL = TINY_MODELS["llama"]
 TIMEOUT_S = 60.0
@@ -285,3 +291,309 @@ def test_an_idle_scheduler_waits_on_the_socket_instead_of_polling(
     served.stop()
     assert blocks[-1] is True  # idle: it waited, and the ExitMsg ended the wait
     assert len(blocks) < 10  # it did not spin meanwhile
+
+
+# --- the whole contract: every rank, every field, every message in any order --------------------
+
+
+class RankGroup:
+    """Ranks as threads of this process. Each rank's SchedulerIO gets its own group token,
+    `RankGroup.Token`, and the broadcast meets at a barrier like gloo's: every rank must make
+    it, rank 0's objects reach the others (pickled, as gloo does)."""
+
+    @dataclass(frozen=True)
+    class Token:
+        rank: int
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.barrier = threading.Barrier(size, timeout=3)
+        self.sent: list[object] = []
+
+    def broadcast_object_list(self, objects: list, src: int = 0, group=None, **_: object) -> None:  # noqa: ANN001
+        assert isinstance(group, RankGroup.Token), "broadcast over the SchedulerIO's own group"
+        assert src == 0, f"rank 0 owns the sockets: it is the broadcast's source, not {src}"
+        if group.rank == src:
+            self.sent = pickle.dumps(objects)
+        try:
+            self.barrier.wait()
+        except threading.BrokenBarrierError:
+            raise AssertionError(
+                f"rank {group.rank} waited in a broadcast that another rank never made"
+            ) from None
+        objects[:] = pickle.loads(self.sent)
+        self.barrier.wait()
+
+    def receive(self, ios: list[SchedulerIO], block: bool) -> list[list[object]]:
+        """Every rank's receive_msgs(block), run at once: each rank's messages."""
+        results: list[list[object]] = [[] for _ in ios]
+        errors: list[BaseException] = []
+
+        def one(rank: int) -> None:
+            try:
+                results[rank] = ios[rank].receive_msgs(block)
+            except BaseException as error:  # re-raised in the test's thread
+                errors.append(error)
+                self.barrier.abort()
+
+        threads = [threading.Thread(target=one, args=(rank,)) for rank in range(len(ios))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+        assert not any(thread.is_alive() for thread in threads), "a rank is still waiting"
+        if errors:
+            raise errors[0]
+        return results
+
+
+def test_every_rank_gets_rank_zeros_messages_in_every_step_even_an_empty_one(
+    sockets,  # noqa: ANN001
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ranks = RankGroup(2)
+    monkeypatch.setattr(dist, "broadcast_object_list", ranks.broadcast_object_list)
+    ios = [SchedulerIO(*sockets, rank=rank, group=RankGroup.Token(rank)) for rank in range(2)]
+    sender = ZmqPushQueue(sockets[0])
+    # A step in which rank 0 received nothing: the others still meet it in the broadcast.
+    assert ranks.receive(ios, block=False) == [[], []]
+    batch = [UserMsg(1, [3, 4], SamplingParams(max_tokens=2)), AbortBackendMsg(1), ExitMsg()]
+    for msg in batch:
+        sender.put(msg)
+    time.sleep(0.3)  # let them arrive
+    assert ranks.receive(ios, block=False) == [batch, batch]
+    assert ranks.receive(ios, block=False) == [[], []]
+    threading.Timer(0.3, sender.put, args=(StatusRequestMsg(4),)).start()
+    assert ranks.receive(ios, block=True) == [[StatusRequestMsg(4)]] * 2  # idle: rank 0 waits
+    sender.close()
+    for io in ios:
+        io.close()
+
+
+class Outbox:
+    """An outbox stand-in that keeps what was put, after checking it can go on the wire."""
+
+    def __init__(self) -> None:
+        self.sent: list[object] = []
+
+    def put(self, msg: object) -> None:
+        serialize(msg)  # raises MessageError for anything that is not a message
+        self.sent.append(msg)
+
+    def close(self) -> None:
+        pass
+
+
+def io_with_outbox(rank: int = 0) -> tuple[SchedulerIO, Outbox]:
+    io = SchedulerIO(None, None, rank=rank)
+    io.outbox = Outbox() if rank == 0 else None
+    return io, io.outbox or Outbox()
+
+
+def detokenize_msgs(sent: list[object]) -> list[object]:
+    """What was sent, batches flattened."""
+    return [item for msg in sent for item in (msg.data if isinstance(msg, BatchMsg) else [msg])]
+
+
+TOKEN_OUTPUTS = st.lists(
+    st.builds(
+        TokenOutput,
+        st.integers(0, 2**40),
+        st.integers(0, 2**31 - 1),
+        st.sampled_from([None, "stop", "length"]),
+    ),
+    max_size=6,
+)
+QUICK = settings(derandomize=True, max_examples=60, deadline=None, database=None)
+
+
+@QUICK
+@given(TOKEN_OUTPUTS)
+def test_a_steps_outputs_become_one_batch_with_every_field_in_place(
+    outputs: list[TokenOutput],
+) -> None:
+    io, outbox = io_with_outbox()
+    io.send_outputs(outputs)
+    if not outputs:
+        assert outbox.sent == [], "a step with no token sends nothing"
+        return
+    assert len(outbox.sent) == 1 and isinstance(outbox.sent[0], BatchMsg), "one BatchMsg a step"
+    assert outbox.sent[0].data == [
+        DetokenizeMsg(out.uid, out.token, out.finish_reason, error=None) for out in outputs
+    ]
+
+
+COUNT = st.integers(0, 10**6)
+STATUSES = st.builds(
+    SchedulerStatus,
+    running=COUNT,
+    waiting=COUNT,
+    free_pages=COUNT,
+    cached_pages=COUNT,
+    used_pages=COUNT,
+    num_pages=COUNT,
+    generated_tokens=COUNT,
+    integrity_ok=st.none() | st.booleans(),
+)
+
+
+class RecordingScheduler:
+    """The scheduler's side of handle_msg, recorded: add_request, abort_request, status."""
+
+    def __init__(self, status: SchedulerStatus | None = None, refusal: Exception | None = None):
+        self.calls: list[tuple] = []
+        self.status_value, self.refusal = status, refusal
+
+    def add_request(self, input_ids: list[int], sampling_params: SamplingParams, uid=None) -> int:  # noqa: ANN001
+        if self.refusal is not None:
+            raise self.refusal
+        self.calls.append(("add", list(input_ids), sampling_params, uid))
+        return uid
+
+    def abort_request(self, uid: int) -> bool:
+        self.calls.append(("abort", uid))
+        return True
+
+    def status(self) -> SchedulerStatus:
+        return self.status_value
+
+
+@QUICK
+@given(STATUSES, st.integers(0, 2**40))
+def test_a_status_request_is_answered_with_every_field_of_the_status(
+    status: SchedulerStatus, request_id: int
+) -> None:
+    io, outbox = io_with_outbox()
+    handle_msg(RecordingScheduler(status), io, StatusRequestMsg(request_id))  # type: ignore[arg-type]
+    expected = StatusMsg(
+        request_id=request_id,
+        running=status.running,
+        waiting=status.waiting,
+        used_pages=status.used_pages,
+        free_pages=status.free_pages,
+        cached_pages=status.cached_pages,
+        generated_tokens=status.generated_tokens,
+        integrity_ok=status.integrity_ok,
+    )
+    assert outbox.sent == [expected], f"for {status}"
+
+
+def test_a_request_is_queued_with_its_own_uid_ids_and_sampling_params() -> None:
+    scheduler, (io, outbox) = RecordingScheduler(), io_with_outbox()
+    params = SamplingParams(temperature=0.5, top_k=3, max_tokens=7, seed=1)
+    handle_msg(scheduler, io, UserMsg(41, [5, 6, 7], params))  # type: ignore[arg-type]
+    handle_msg(scheduler, io, AbortBackendMsg(40))  # type: ignore[arg-type]
+    assert scheduler.calls == [("add", [5, 6, 7], params, 41), ("abort", 40)]
+    assert outbox.sent == []
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [RequestTooLongError("600 tokens can never fit"), InvalidRequestError("uid 3 is in use")],
+    ids=["too long", "invalid"],
+)
+def test_a_refused_request_gets_one_error_message_and_no_token(refusal: Exception) -> None:
+    io, outbox = io_with_outbox()
+    handle_msg(RecordingScheduler(refusal=refusal), io, UserMsg(3, [1], SamplingParams()))  # type: ignore[arg-type]
+    assert detokenize_msgs(outbox.sent) == [
+        DetokenizeMsg(3, None, finish_reason=None, error=str(refusal))
+    ]
+
+
+@pytest.fixture(scope="module")
+def chunking_scheduler() -> Scheduler:
+    """A scheduler that prefills at most 4 prompt tokens a step: prompts run in chunks."""
+    return Scheduler(
+        SchedulerConfig(
+            str(require_model(MODEL)),
+            num_pages=64,
+            max_running_req=4,
+            max_extend_tokens=4,
+            show_progress=False,
+        )
+    )
+
+
+def run_until_idle(scheduler: Scheduler) -> list[TokenOutput]:
+    outputs: list[TokenOutput] = []
+    for _ in range(100):
+        if not scheduler.has_work:
+            return outputs
+        outputs += scheduler.step()
+    raise AssertionError("the scheduler still has work after 100 steps")
+
+
+def test_an_abort_for_a_queued_request_frees_it_before_it_runs(chunking_scheduler) -> None:  # noqa: ANN001
+    io, outbox = io_with_outbox()
+    handle_msg(chunking_scheduler, io, UserMsg(500, PROMPTS[0], SamplingParams(max_tokens=3)))
+    handle_msg(chunking_scheduler, io, AbortBackendMsg(500))
+    assert not chunking_scheduler.has_work, "the aborted request is still queued"
+    status = chunking_scheduler.status()
+    assert (status.running, status.waiting, status.used_pages) == (0, 0, 0)
+
+
+def test_an_abort_for_a_request_in_the_middle_of_its_chunks_frees_its_pages(
+    chunking_scheduler,  # noqa: ANN001
+) -> None:
+    io, outbox = io_with_outbox()
+    long_prompt = PROMPTS[2] * 2  # 16 tokens: 4 chunks of 4
+    handle_msg(chunking_scheduler, io, UserMsg(501, long_prompt, SamplingParams(max_tokens=3)))
+    assert chunking_scheduler.step() == []  # the first chunk: no token yet
+    assert chunking_scheduler.status().used_pages > 0
+    handle_msg(chunking_scheduler, io, AbortBackendMsg(501))
+    assert [out for out in run_until_idle(chunking_scheduler) if out.uid == 501] == []
+    status = chunking_scheduler.status()
+    assert (status.running, status.waiting, status.used_pages) == (0, 0, 0)
+    assert status.integrity_ok is True
+
+
+class ScriptedIO:
+    """The tokenizer worker's side of serve(), as a script: each receive_msgs returns the next
+    batch; once the script is done, nothing more comes while there is work, and an ExitMsg
+    once serve() waits (idle). Records what serve() sends and whether it blocked with work."""
+
+    def __init__(self, scheduler: Scheduler, script: list[list[object]]) -> None:
+        self.scheduler, self.script = scheduler, list(script)
+        self.outputs: list[TokenOutput] = []
+        self.sent: list[object] = []
+        self.calls = 0
+
+    def receive_msgs(self, block: bool) -> list[object]:
+        self.calls += 1
+        assert self.calls < 200, "serve() did not return on the ExitMsg"
+        assert block == (not self.scheduler.has_work), (
+            f"receive_msgs(block={block}) while has_work is {self.scheduler.has_work}"
+        )
+        if self.script:
+            return self.script.pop(0)
+        return [ExitMsg()] if block else []
+
+    def send_outputs(self, outputs: list[TokenOutput]) -> None:
+        self.outputs += outputs
+
+    def send(self, msg: object) -> None:
+        self.sent.append(msg)
+
+
+def test_serve_handles_the_messages_ahead_of_an_exit_in_the_same_batch_then_returns(
+    scheduler,  # noqa: ANN001
+) -> None:
+    io = ScriptedIO(scheduler, [[StatusRequestMsg(8), ExitMsg()], [StatusRequestMsg(9)]])
+    serve(scheduler, io)  # type: ignore[arg-type]
+    assert [msg.request_id for msg in io.sent] == [8], "answer the status, then return at once"
+
+
+def test_serve_runs_every_request_of_a_batch_but_one_aborted_behind_it(scheduler) -> None:  # noqa: ANN001
+    params = SamplingParams(max_tokens=3, ignore_eos=True)
+    batch = [
+        UserMsg(600, PROMPTS[0], params),
+        UserMsg(601, PROMPTS[1], params),
+        AbortBackendMsg(600),
+    ]
+    io = ScriptedIO(scheduler, [batch])
+    serve(scheduler, io)  # type: ignore[arg-type]
+    assert [out.uid for out in io.outputs if out.uid == 600] == [], "600 was aborted at once"
+    tokens = [out for out in io.outputs if out.uid == 601]
+    assert [out.token for out in tokens] == hf_greedy_cached(MODEL, PROMPTS[1], 3)
+    assert [out.finish_reason for out in tokens] == [None, None, "length"]
+    assert not scheduler.has_work and scheduler.status().used_pages == 0

@@ -10,10 +10,16 @@ import dataclasses
 import json
 import shutil
 import tempfile
+from contextlib import asynccontextmanager
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Literal
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from openai.types import Completion, CompletionChoice
+from openai.types.chat import ChatCompletionChunk
 from conftest import SMOLLM2, load_tokenizer, require_model
 from server_fixture import LiveServer, start_server
 
@@ -24,6 +30,7 @@ from minisgl.message import (
     ZmqPushQueue,
     ReplyMsg,
     StatusMsg,
+    StatusRequestMsg,
     TokenizeMsg,
     ipc_address,
 )
@@ -170,6 +177,19 @@ def socket_dir() -> Iterator[str]:
     shutil.rmtree(directory, ignore_errors=True)
 
 
+@asynccontextmanager
+async def frontend_and_api(socket_dir: str) -> AsyncIterator[tuple[FrontendManager, ZmqPushQueue]]:
+    """A started FrontendManager, and the queue on which the tokenizer worker answers it."""
+    frontend = FrontendManager(ipc_address(socket_dir, "tokenizer"), ipc_address(socket_dir, "api"))
+    frontend.start()
+    to_api = ZmqPushQueue(ipc_address(socket_dir, "api"))
+    try:
+        yield frontend, to_api
+    finally:
+        to_api.close()
+        frontend.close()
+
+
 async def all_replies(frontend: FrontendManager, uid: int) -> list[ReplyMsg]:
     async def collect() -> list[ReplyMsg]:
         return [reply async for reply in frontend.replies(uid)]
@@ -179,19 +199,13 @@ async def all_replies(frontend: FrontendManager, uid: int) -> list[ReplyMsg]:
 
 def test_the_listener_routes_batched_replies_and_drops_those_nobody_waits_for(socket_dir) -> None:  # noqa: ANN001
     async def scenario() -> None:
-        frontend = FrontendManager(
-            ipc_address(socket_dir, "tokenizer"), ipc_address(socket_dir, "api")
-        )
-        frontend.start()
-        to_api = ZmqPushQueue(ipc_address(socket_dir, "api"))
-        uid = frontend.submit(SamplingParams(), prompt="Hi")
-        mine = [ReplyMsg(uid, "Hel"), ReplyMsg(uid, "lo", "stop", 1, 2)]
-        nobodys = [ReplyMsg(uid + 100, "late"), StatusMsg(uid + 100, 0, 0, 0, 9, 0, 0, None)]
-        to_api.put(BatchMsg(nobodys + mine))  # an aborted request's reply, a timed-out status
-        assert await all_replies(frontend, uid) == mine
-        assert not frontend.listener.done()
-        to_api.close()
-        frontend.close()
+        async with frontend_and_api(socket_dir) as (frontend, to_api):
+            uid = frontend.submit(SamplingParams(), prompt="Hi")
+            mine = [ReplyMsg(uid, "Hel"), ReplyMsg(uid, "lo", "stop", 1, 2)]
+            nobodys = [ReplyMsg(uid + 100, "late"), StatusMsg(uid + 100, 0, 0, 0, 9, 0, 0, None)]
+            to_api.put(BatchMsg(nobodys + mine))  # an aborted request's reply, a timed-out status
+            assert await all_replies(frontend, uid) == mine
+            assert not frontend.listener.done()
 
     asyncio.run(scenario())
 
@@ -200,18 +214,12 @@ def test_replies_end_at_a_refusal_and_the_request_is_forgotten(socket_dir) -> No
     tokenizer_inbox = ZmqPullQueue(ipc_address(socket_dir, "tokenizer"))
 
     async def scenario() -> None:
-        frontend = FrontendManager(
-            ipc_address(socket_dir, "tokenizer"), ipc_address(socket_dir, "api")
-        )
-        frontend.start()
-        to_api = ZmqPushQueue(ipc_address(socket_dir, "api"))
-        uid = frontend.submit(SamplingParams(), prompt="Hi")
-        refusal = ReplyMsg(uid, "", error="the prompt is too long")
-        to_api.put(BatchMsg([refusal]))
-        assert await all_replies(frontend, uid) == [refusal]
-        frontend.abort(uid)  # the request is over: there is nothing to abort
-        to_api.close()
-        frontend.close()
+        async with frontend_and_api(socket_dir) as (frontend, to_api):
+            uid = frontend.submit(SamplingParams(), prompt="Hi")
+            refusal = ReplyMsg(uid, "", error="the prompt is too long")
+            to_api.put(BatchMsg([refusal]))
+            assert await all_replies(frontend, uid) == [refusal]
+            frontend.abort(uid)  # the request is over: there is nothing to abort
 
     asyncio.run(scenario())
     assert isinstance(tokenizer_inbox.get(timeout_s=5), TokenizeMsg)
@@ -219,7 +227,9 @@ def test_replies_end_at_a_refusal_and_the_request_is_forgotten(socket_dir) -> No
     tokenizer_inbox.close()
 
 
-def stream(replies: list[ReplyMsg], chat: bool, include_usage: bool) -> list[str]:
+def stream(
+    replies: list[ReplyMsg], chat: bool, include_usage: bool, header: dict | None = None
+) -> list[str]:
     """The SSE events that stream_events makes of these replies."""
 
     async def rest() -> AsyncIterator[ReplyMsg]:
@@ -230,7 +240,7 @@ def stream(replies: list[ReplyMsg], chat: bool, include_usage: bool) -> list[str
         return [
             event
             async for event in stream_events(
-                replies[0], rest(), chat, {"id": "cmpl-1"}, include_usage
+                replies[0], rest(), chat, header or {"id": "cmpl-1"}, include_usage
             )
         ]
 
@@ -308,3 +318,197 @@ def test_metrics_name_each_status_field_with_its_prometheus_type() -> None:
         assert f"minisgl_integrity_ok {int(ok)}\n" in metrics_text(
             dataclasses.replace(status, integrity_ok=ok)
         )
+
+
+# --- the whole contract: every field, every chunk checked against OpenAI's own types ------------
+
+QUICK = settings(derandomize=True, max_examples=60, deadline=None, database=None)
+VALID_FIELDS = st.fixed_dictionaries(
+    {
+        "temperature": st.floats(0.0, 2.0),
+        "top_p": st.floats(0.0, 1.0, exclude_min=True),
+        "top_k": st.just(-1) | st.integers(1, 100_000),
+        "max_tokens": st.none() | st.integers(1, 100_000),
+        "ignore_eos": st.booleans(),
+        "seed": st.none() | st.integers(0, 2**32),
+    }
+)
+
+
+@QUICK
+@given(VALID_FIELDS)
+@example(  # each field at the edge of its range: zeros are values, not "unset"
+    {"temperature": 0.0, "top_p": 1.0, "top_k": 1, "max_tokens": 1, "ignore_eos": True, "seed": 0}
+)
+def test_every_sampling_field_reaches_the_engine(fields: dict) -> None:
+    params = SamplingFields(model="m", **fields).sampling_params()
+    max_tokens = DEFAULT_MAX_TOKENS if fields["max_tokens"] is None else fields["max_tokens"]
+    expected = SamplingParams(**{**fields, "max_tokens": max_tokens})
+    for name in expected.__dataclass_fields__:
+        assert getattr(params, name) == getattr(expected, name), (
+            f"{name}: the request said {fields.get(name)!r}, the engine got "
+            f"{getattr(params, name)!r}"
+        )
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("temperature", -0.5), ("top_p", 0.0), ("top_p", 1.5), ("top_k", 0), ("top_k", -2)]
+    + [("max_tokens", -1), ("seed", -1)],
+)
+def test_a_field_out_of_range_is_refused_by_name(field: str, value: float) -> None:
+    with pytest.raises(InvalidRequestError, match=field):
+        SamplingFields(model="m", **{field: value}).sampling_params()
+
+
+class CompletionChunkChoice(CompletionChoice):
+    """A choice of a streamed completion chunk: OpenAI sends finish_reason null until the
+    last one (the client parses streams without validating; its `Completion` demands one)."""
+
+    finish_reason: Literal["stop", "length", "content_filter"] | None = None
+
+
+class CompletionChunk(Completion):
+    choices: list[CompletionChunkChoice]
+
+
+HEADERS = {
+    True: {"id": "chatcmpl-7", "object": "chat.completion.chunk", "created": 1700000000},
+    False: {"id": "cmpl-7", "object": "text_completion", "created": 1700000000},
+}
+
+
+@QUICK
+@given(
+    pieces=st.lists(st.sampled_from(["", "Hel", "lo", " 🙂", "\n"]), max_size=5),
+    last=st.sampled_from(["", "!"]),
+    finish_reason=st.sampled_from(["stop", "length"]),
+    counts=st.tuples(st.integers(0, 500), st.integers(1, 500)),
+    chat=st.booleans(),
+    include_usage=st.booleans(),
+)
+def test_every_chunk_of_a_stream_is_what_the_openai_schema_requires(
+    pieces: list[str],
+    last: str,
+    finish_reason: str,
+    counts: tuple[int, int],
+    chat: bool,
+    include_usage: bool,
+) -> None:
+    header = {**HEADERS[chat], "model": "SmolLM2"}
+    replies = [ReplyMsg(1, text) for text in pieces] + [ReplyMsg(1, last, finish_reason, *counts)]
+    chunks = chunks_of(stream(replies, chat, include_usage, header))
+    schema = ChatCompletionChunk if chat else CompletionChunk
+    for chunk in chunks:
+        schema.model_validate(chunk)  # raises, naming the field, if the chunk is not OpenAI's
+        assert {key: chunk[key] for key in header} == header, "every chunk carries the header"
+    usage_chunks = [chunk for chunk in chunks if not chunk["choices"]]
+    text_chunks = [chunk for chunk in chunks if chunk["choices"]]
+    texts = [
+        chunk["choices"][0]["delta"]["content"] if chat else chunk["choices"][0]["text"]
+        for chunk in text_chunks
+    ]
+    assert texts == [text for text in pieces if text] + [last], "one chunk per piece, then last"
+    reasons = [chunk["choices"][0]["finish_reason"] for chunk in text_chunks]
+    assert reasons == [None] * (len(reasons) - 1) + [finish_reason]
+    if include_usage:
+        assert chunks[-1] is usage_chunks[0] and len(usage_chunks) == 1, "usage: the last chunk"
+        prompt_tokens, completion_tokens = counts
+        assert chunks[-1]["usage"] == {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+    else:
+        assert usage_chunks == [] and all("usage" not in chunk for chunk in chunks)
+
+
+def test_a_finished_requests_queue_is_dropped_even_if_the_consumer_stops_reading(
+    socket_dir,  # noqa: ANN001
+) -> None:
+    tokenizer_inbox = ZmqPullQueue(ipc_address(socket_dir, "tokenizer"))
+
+    async def read_until_finished(frontend: FrontendManager, uid: int) -> ReplyMsg:
+        """A consumer that stops at the finishing reply and never asks for more."""
+        async for reply in frontend.replies(uid):
+            if reply.finish_reason is not None:
+                return reply
+        raise AssertionError("the replies ended without a finishing one")
+
+    async def scenario() -> None:
+        async with frontend_and_api(socket_dir) as (frontend, to_api):
+            uid = frontend.submit(SamplingParams(), prompt="Hi")
+            to_api.put(BatchMsg([ReplyMsg(uid, "Hi"), ReplyMsg(uid, "!", "stop", 1, 2)]))
+            last = await asyncio.wait_for(read_until_finished(frontend, uid), timeout=5)
+            assert last.finish_reason == "stop"
+            assert uid not in frontend.streams, "the finished request's queue is still routed to"
+            frontend.abort(uid)  # as the server does when a stream ends: nothing to abort
+
+    asyncio.run(scenario())
+    assert isinstance(tokenizer_inbox.get(timeout_s=5), TokenizeMsg)
+    assert tokenizer_inbox.get(timeout_s=0.3) is None, "an AbortBackendMsg for a finished request"
+    tokenizer_inbox.close()
+
+
+def test_the_listener_routes_single_and_batched_messages_to_their_own_waiters(
+    socket_dir,  # noqa: ANN001
+) -> None:
+    tokenizer_inbox = ZmqPullQueue(ipc_address(socket_dir, "tokenizer"))
+
+    async def scenario() -> None:
+        async with frontend_and_api(socket_dir) as (frontend, to_api):
+            first = frontend.submit(SamplingParams(), prompt="A")
+            second = frontend.submit(SamplingParams(), prompt="B")
+            to_api.put(
+                BatchMsg(
+                    [
+                        ReplyMsg(second, "x"),
+                        ReplyMsg(first, "1"),
+                        ReplyMsg(second, "y", "length", 1, 2),
+                        ReplyMsg(first, "2", "stop", 3, 2),
+                    ]
+                )
+            )
+            assert [r.text for r in await all_replies(frontend, first)] == ["1", "2"]
+            assert [r.text for r in await all_replies(frontend, second)] == ["x", "y"]
+            status = asyncio.ensure_future(frontend.status())
+            request = None
+            while not isinstance(request, StatusRequestMsg):  # the tokenize messages come first
+                request = await asyncio.to_thread(tokenizer_inbox.get, 5)
+                assert request is not None, "status() sent no StatusRequestMsg"
+            answer = StatusMsg(request.request_id, 1, 2, 3, 4, 5, 6, True)
+            to_api.put(answer)  # the tokenizer worker passes a status on alone, not batched
+            assert await asyncio.wait_for(status, timeout=5) == answer
+
+    asyncio.run(scenario())
+    tokenizer_inbox.close()
+
+
+STATUS_MSGS = st.builds(
+    StatusMsg,
+    *[st.integers(0, 10**9)] * 7,
+    integrity_ok=st.none() | st.booleans(),
+)
+
+
+@QUICK
+@given(STATUS_MSGS)
+def test_metrics_declare_each_metric_before_its_one_sample(status: StatusMsg) -> None:
+    """Prometheus' text format: `# HELP name text`, `# TYPE name kind`, then `name value`."""
+    lines = metrics_text(status).splitlines()
+    assert len(lines) == 3 * 7, "HELP, TYPE and one sample for each of the 7 metrics"
+    integrity = -1 if status.integrity_ok is None else int(status.integrity_ok)
+    expected = [
+        status.running,
+        status.waiting,
+        status.used_pages,
+        status.free_pages,
+        status.cached_pages,
+        status.generated_tokens,
+        integrity,
+    ]
+    for (help_line, type_line, sample), value in zip(zip(*[iter(lines)] * 3), expected):
+        name = sample.split()[0]
+        assert help_line.startswith(f"# HELP {name} "), f"{help_line!r} does not precede {name}"
+        assert type_line in (f"# TYPE {name} gauge", f"# TYPE {name} counter"), type_line
+        assert sample == f"{name} {value}", f"{sample!r}: expected the value {value}"

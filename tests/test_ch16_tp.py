@@ -11,11 +11,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch
 import torch.nn.functional as F
 from conftest import SMOLLM2, TINY_MODELS, encode, greedy, hf_greedy_cached, require_model
 
 from minisgl.distributed import DistributedInfo, head_shard, split_range, vocab_block
+from minisgl.distributed.shard import HeadShard
 from minisgl.layers import (
     ColumnParallelLinear,
     ParallelLMHead,
@@ -37,21 +40,35 @@ CHUNK_BUDGET = 4  # max_extend_tokens: every prompt is prefilled in several chun
 # --- the partition rules ---------------------------------------------------------------------
 
 
+def check_split(total: int, size: int) -> None:
+    """Contiguous blocks in rank order that cover [0, total), the longer ones first, their
+    lengths differing by at most one."""
+    blocks = [split_range(total, size, rank) for rank in range(size)]
+    assert blocks[0][0] == 0 and blocks[-1][1] == total, f"{total} over {size}: {blocks}"
+    assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:])), f"not contiguous: {blocks}"
+    lengths = [end - start for start, end in blocks]
+    base, extra = divmod(total, size)
+    assert lengths == [base + 1] * extra + [base] * (size - extra), (
+        f"{total} over {size}: lengths {lengths}, the longer first, differing by at most one"
+    )
+
+
 def test_split_range_cuts_contiguous_blocks_that_differ_by_at_most_one() -> None:
     for total in range(13):
         for size in range(1, 6):
-            blocks = [split_range(total, size, rank) for rank in range(size)]
-            assert blocks[0][0] == 0 and blocks[-1][1] == total
-            assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:])), "not contiguous"
-            lengths = [end - start for start, end in blocks]
-            assert lengths == sorted(lengths, reverse=True), "the longer blocks come first"
-            assert lengths[0] - lengths[-1] <= 1, f"{total} over {size}: uneven {lengths}"
+            check_split(total, size)
 
 
 @pytest.mark.parametrize("num_heads, num_kv_heads, size", HEAD_CASES)
 def test_head_shard_gives_each_query_head_to_one_rank_with_its_kv_head(
     num_heads: int, num_kv_heads: int, size: int
 ) -> None:
+    check_head_shards(num_heads, num_kv_heads, size)
+
+
+def check_head_shards(num_heads: int, num_kv_heads: int, size: int) -> None:
+    """Every query head on exactly one rank, with the KV head it reads; whole KV groups
+    (split_range of the KV heads) when there are enough, else one shared copy per rank."""
     group = num_heads // num_kv_heads
     shards = [
         head_shard(num_heads, num_kv_heads, DistributedInfo(rank, size)) for rank in range(size)
@@ -70,7 +87,10 @@ def test_head_shard_gives_each_query_head_to_one_rank_with_its_kv_head(
     kv_counts = [s.num_kv_heads for s in shards]
     if num_kv_heads >= size:  # whole KV groups, each on one rank, balanced
         assert sum(kv_counts) == num_kv_heads and max(kv_counts) - min(kv_counts) <= 1
-    else:  # a copy of one KV head per rank
+        kv_blocks = [(s.kv_start, s.kv_end) for s in shards]
+        assert kv_blocks == [split_range(num_kv_heads, size, r) for r in range(size)], kv_blocks
+    else:  # a copy of one KV head per rank: rank r keeps KV head r * num_kv_heads // size
+        assert [s.kv_start for s in shards] == [r * num_kv_heads // size for r in range(size)]
         assert kv_counts == [1] * size
 
 
@@ -83,6 +103,52 @@ def test_vocab_block_gives_every_rank_the_same_padded_width() -> None:
             assert [b[0] for b in blocks][0] == 0 and blocks[-1][1] == vocab
             assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:]))
             assert all(end - start <= p for start, end, p in blocks)
+
+
+QUICK = settings(derandomize=True, max_examples=200, deadline=None, database=None)
+
+
+@QUICK
+@given(total=st.integers(0, 10**6), size=st.integers(1, 64))
+def test_split_range_over_random_sizes(total: int, size: int) -> None:
+    check_split(total, size)
+
+
+@QUICK
+@given(num_kv_heads=st.integers(1, 12), group=st.integers(1, 6), size=st.integers(1, 40))
+def test_head_shard_over_random_head_counts(num_kv_heads: int, group: int, size: int) -> None:
+    num_heads = num_kv_heads * group
+    if size > num_heads:  # some rank would get no query head at all
+        with pytest.raises(ValueError, match="heads"):
+            head_shard(num_heads, num_kv_heads, DistributedInfo(size - 1, size))
+        return
+    check_head_shards(num_heads, num_kv_heads, size)
+
+
+@QUICK
+@given(vocab=st.integers(1, 10**6), size=st.integers(1, 64))
+def test_vocab_block_over_random_sizes(vocab: int, size: int) -> None:
+    """Blocks of ceil(vocab / size) ids from rank * padded on; a rank past the end holds an
+    empty block (still `padded` rows of padding)."""
+    padded = -(-vocab // size)
+    blocks = [vocab_block(vocab, DistributedInfo(rank, size)) for rank in range(size)]
+    expected = [(min(r * padded, vocab), min((r + 1) * padded, vocab), padded) for r in range(size)]
+    assert blocks == expected, f"vocabulary {vocab} over {size} ranks"
+
+
+@QUICK
+@given(
+    q=st.tuples(st.integers(0, 64), st.integers(1, 16)),
+    kv=st.tuples(st.integers(0, 16), st.integers(1, 4)),
+    head_dim=st.integers(1, 256),
+)
+def test_qkv_rows_are_whole_heads_of_head_dim_rows(
+    q: tuple[int, int], kv: tuple[int, int], head_dim: int
+) -> None:
+    heads = HeadShard(q[0], q[0] + q[1], kv[0], kv[0] + kv[1])
+    q_rows = (heads.q_start * head_dim, heads.q_end * head_dim)
+    kv_rows = (heads.kv_start * head_dim, heads.kv_end * head_dim)
+    assert qkv_rows(heads, head_dim) == [q_rows, kv_rows, kv_rows], f"{heads}, head_dim {head_dim}"
 
 
 # --- the sharded layers, on simulated ranks ----------------------------------------------------
@@ -181,15 +247,16 @@ def test_sharded_attention_projections_add_up_to_the_whole(
         torch.testing.assert_close(out, F.linear(attn_out, o_w, o_b))
 
 
-@pytest.mark.parametrize("vocab, size", [(10, 2), (11, 2), (11, 3)])
+# (vocabulary, ranks): even, uneven, and more ranks than blocks (the last ones hold no id)
+@pytest.mark.parametrize("vocab, size", [(10, 2), (11, 2), (11, 3), (16, 4), (5, 4), (1, 2)])
 def test_vocab_parallel_embedding_and_lm_head_equal_the_whole(
     ranks: Callable[[int], ThreadRanks], vocab: int, size: int
 ) -> None:
     torch.manual_seed(0)
     hidden = 6
     table, head = torch.randn(vocab, hidden), torch.randn(vocab, hidden)
-    ids = torch.tensor([[0, vocab - 1, 3], [vocab // 2, 1, vocab - 2]])
-    hidden_states = torch.randn(3, hidden)
+    ids = torch.arange(vocab).flip(0).repeat(2, 1)  # every id, in [batch, tokens]
+    hidden_states = torch.randn(2, 3, hidden)  # [batch, tokens, hidden]
     group = ranks(size)
 
     def rank_forward(rank: int) -> torch.Tensor:
@@ -204,7 +271,56 @@ def test_vocab_parallel_embedding_and_lm_head_equal_the_whole(
         return lm_head(hidden_states)
 
     for logits in group.run(rank_forward):
+        assert logits.shape == (2, 3, vocab), f"logits of shape {tuple(logits.shape)}"
         torch.testing.assert_close(logits, hidden_states @ head.T)
+
+
+class RecordedCheckpoint:
+    """A checkpoint tensor as safetensors hands it over: indexing reads that part alone; every
+    index is recorded."""
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+        self.reads: list[object] = []
+
+    def __getitem__(self, index: slice | tuple[slice, ...]) -> torch.Tensor:
+        self.reads.append(index)
+        return self.tensor[index]
+
+
+def test_a_column_shard_reads_only_its_own_rows_of_the_checkpoint() -> None:
+    torch.manual_seed(0)
+    weight, bias = torch.randn(10, 3), torch.randn(10)
+    layer = ColumnParallelLinear(3, [(4, 7)], bias=True)
+    for name, tensor in (("weight", weight), ("bias", bias)):
+        checkpoint = RecordedCheckpoint(tensor)
+        layer.load_slice(name, None, checkpoint)  # None: the layer's only shard
+        assert checkpoint.reads == [slice(4, 7)], f"{name}: read {checkpoint.reads}, not 4:7"
+    torch.testing.assert_close(layer.weight, weight[4:7])
+    torch.testing.assert_close(layer.bias, bias[4:7])
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_row_parallel_outputs_of_any_shape_sum_to_the_whole(
+    ranks: Callable[[int], ThreadRanks], bias: bool
+) -> None:
+    torch.manual_seed(0)
+    size, input_size, output_size = 3, 8, 5
+    x = torch.randn(2, 4, input_size)  # [batch, tokens, features]: any leading dimensions
+    weight = torch.randn(output_size, input_size)
+    bias_tensor = torch.randn(output_size) if bias else None
+    group = ranks(size)
+
+    def rank_forward(rank: int) -> torch.Tensor:
+        start, end = split_range(input_size, size, rank)
+        layer = RowParallelLinear((start, end), output_size, bias=bias)
+        layer.load_slice("weight", None, weight)
+        if bias_tensor is not None:
+            layer.load_slice("bias", None, bias_tensor)
+        return layer(x[..., start:end].contiguous())
+
+    for out in group.run(rank_forward):
+        torch.testing.assert_close(out, F.linear(x, weight, bias_tensor))
 
 
 # --- two real processes ------------------------------------------------------------------------
