@@ -71,10 +71,8 @@ def time_steps(  # noqa: ANN001
         with StepClock() as clock:
             for _ in range(steps):
                 scheduler.step()
-        per_step = {
-            part: sum(p.get(part, 0.0) for *_, p in clock.steps) / steps * 1e3
-            for part in StepClock.PARTS
-        }
+        summed = StepClock.summed_parts(step_parts for *_, step_parts in clock.steps)
+        per_step = {part: seconds / steps * 1e3 for part, seconds in summed.items()}
     while scheduler.has_work:
         scheduler.step()
     return elapsed, per_step

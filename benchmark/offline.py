@@ -30,7 +30,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from unittest import mock
 
@@ -178,6 +178,12 @@ class StepClock:
         for patch in self._patches:
             patch.stop()
 
+    @classmethod
+    def summed_parts(cls, parts: Iterable[dict[str, float]]) -> dict[str, float]:
+        """Seconds of each of PARTS over the given steps' parts (0 for a part none of them had)."""
+        parts = list(parts)
+        return {k: sum(part.get(k, 0.0) for part in parts) for k in cls.PARTS}
+
     def table(self) -> list[tuple[str, str, int, float, dict[str, float]]]:
         """(phase, batch sizes, steps, seconds, seconds of each part) for each phase and bucket
         of batch sizes that has steps (a step that launched nothing is in no bucket)."""
@@ -188,7 +194,7 @@ class StepClock:
                     (s, parts) for p, n, s, parts in self.steps if p == phase and low <= n < high
                 ]
                 if steps:
-                    parts = {k: sum(part.get(k, 0.0) for _, part in steps) for k in self.PARTS}
+                    parts = self.summed_parts(part for _, part in steps)
                     label = f"{low}-{high - 1}" if high < 10**9 else f"{low}+"
                     rows.append((phase, label, len(steps), sum(s for s, _ in steps), parts))
         return rows

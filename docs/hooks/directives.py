@@ -368,7 +368,8 @@ def result_table(spec: str) -> str:
     the ROW fields, and one column per expression.
     Rows and columns come in the order of the lines."""
     layout, expressions, form, selector = (part.strip() for part in spec.split("|"))
-    lines = [line for _, line in select_results(selector)]
+    found = select_results(selector)
+    lines = [line for _, line in found]
     if not lines:
         raise PluginError(f"no result line matches '{selector}'")
     if " x " in layout:
@@ -399,7 +400,7 @@ def result_table(spec: str) -> str:
     sources = dict.fromkeys(
         f"`{line['command']}` ({line['machine']}, {line['date'][:10]}; "
         f"`benchmark/results/{stem}.jsonl`)"
-        for stem, line in select_results(selector)
+        for stem, line in found
     )
     table = [
         "| " + " | ".join(header) + " |",
