@@ -150,8 +150,6 @@ class FlashInferBackend(BaseAttnBackend):
         self._graph_wrappers: dict[int, Any] = {}
         self._graph_buffers: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._graph_rows = torch.empty(0, dtype=torch.int64, device=self.device)
-        # Each wrapper's last plan: recorded after the copy that plan queued (see _plan).
-        self._planned: dict[Any, torch.cuda.Event] = {}
 
     # ----- metadata -------------------------------------------------------------------------
 
@@ -209,26 +207,9 @@ class FlashInferBackend(BaseAttnBackend):
             non_blocking=True,
         )
 
-    def _plan(self, wrapper: Any, *args: Any, **kwargs: Any) -> None:
-        """`wrapper.plan(...)`, once the device has run the copy of the wrapper's last plan.
-
-        A plan writes its schedule into a pinned host buffer of the wrapper and queues a
-        non-blocking copy of it to the device. With overlap (chapter 11) the next batch is
-        planned while the device may not have reached that copy yet, and the same wrapper's
-        next plan would overwrite the buffer under it: wait on an event recorded after the copy.
-        It has almost always passed already; the wait closes the window that the order of the
-        overlap loop only makes short."""
-        if (previous := self._planned.get(wrapper)) is not None:
-            previous.synchronize()
-        wrapper.plan(*args, **kwargs)
-        if self.device.type == "cuda":
-            self._planned[wrapper] = torch.cuda.Event()
-            self._planned[wrapper].record()
-
     def plan_decode(self, wrapper: Any, described: DescribedBatch) -> None:
         """Plan a decode wrapper (the eager one or a graph's) for a described batch."""
-        self._plan(
-            wrapper,
+        wrapper.plan(
             described.kv_indptr,
             described.kv_indices,
             described.last_page_len,
@@ -239,8 +220,7 @@ class FlashInferBackend(BaseAttnBackend):
     def plan_prefill(self, described: DescribedBatch) -> None:
         """Plan the prefill wrapper, causal: query i of a request sees keys up to position
         cached_len + i (FlashInfer aligns each request's queries to the end of its keys)."""
-        self._plan(
-            self.prefill_wrapper,
+        self.prefill_wrapper.plan(
             described.qo_indptr,
             described.kv_indptr,
             described.kv_indices,
