@@ -8,7 +8,7 @@ leaves them. For each kernel (FlashInfer's decode on CUDA cores or on tensor cor
 TensorRT-LLM's XQA as FlashInfer ships it), page size and KV layout (NHD: a page is
 [page_size, kv_heads, head_dim]; HND: [kv_heads, page_size, head_dim]), the kernel is set up
 once (FlashInfer's plan) and timed with CUDA events (median of `--repeat`); every output is
-compared with the first variant's. The floor is the KV bytes the kernel must read, at the GPU's
+compared with the first variant's (timing: `median_seconds`). The floor is the KV bytes the kernel must read, at the GPU's
 memory bandwidth given by `--bandwidth` (H200: 4.8 TB/s).
 """
 
@@ -31,8 +31,9 @@ HEADS, KV_HEADS, HEAD_DIM = 16, 8, 128
 KERNELS = (
     "flashinfer",
     "flashinfer-tc",
+    "flashinfer-fa3",
     "xqa",
-)  # FlashInfer decode (CUDA cores, tensor cores), XQA
+)  # FlashInfer decode (CUDA cores, tensor cores through FA2 or FA3's prefill kernel), XQA
 
 
 def decode_runner(
@@ -77,7 +78,10 @@ def decode_runner(
         (batch_size,), context - (pages_per_req - 1) * page_size, dtype=torch.int32
     )
     wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-        workspace, kv_layout=layout, use_tensor_cores=kernel == "flashinfer-tc"
+        workspace,
+        kv_layout=layout,
+        use_tensor_cores=kernel != "flashinfer",
+        backend="fa3" if kernel == "flashinfer-fa3" else "auto",
     )
     wrapper.plan(
         indptr,
@@ -93,18 +97,23 @@ def decode_runner(
     return lambda: wrapper.run(q, (k_cache, v_cache))
 
 
-def median_seconds(run: Callable[[], torch.Tensor], repeat: int) -> float:
-    """Median device seconds of one `run()` (CUDA events), after three warm-up runs."""
+def median_seconds(run: Callable[[], torch.Tensor], repeat: int, inner: int = 20) -> float:
+    """Median device seconds of one `run()`, after three warm-up runs.
+
+    Each sample times `inner` runs queued back to back between two CUDA events: timing a single
+    run would add the host's launch cost (tens of microseconds) to a kernel that is idle-waited
+    for. A kernel shorter than its launch stays host-bound even so (batch 1)."""
     for _ in range(3):
         run()
     times = []
     for _ in range(repeat):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        run()
+        for _ in range(inner):
+            run()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
+        times.append(start.elapsed_time(end) / 1e3 / inner)
     return statistics.median(times)
 
 
@@ -115,7 +124,7 @@ def main() -> int:
     parser.add_argument("--page-sizes", default="16")
     parser.add_argument("--layouts", default="NHD,HND")
     parser.add_argument("--kernels", default=",".join(KERNELS), help=", ".join(KERNELS))
-    parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--bandwidth", type=float, default=4.8e12, help="bytes per second")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
