@@ -7,8 +7,8 @@ One layer of Qwen3-0.6B's attention (16 query heads, 8 KV heads of 128, bf16), e
 leaves them. For each kernel (FlashInfer's decode on CUDA cores or on tensor cores,
 TensorRT-LLM's XQA as FlashInfer ships it), page size and KV layout (NHD: a page is
 [page_size, kv_heads, head_dim]; HND: [kv_heads, page_size, head_dim]), the kernel is set up
-once (FlashInfer's plan) and timed with CUDA events (median of `--repeat`); every output is
-compared with the first variant's (timing: `median_seconds`). The floor is the KV bytes the kernel must read, at the GPU's
+once (FlashInfer's plan) and timed with CUDA events (`median_seconds`); every output is
+compared with the first variant's. The floor is the KV bytes the kernel must read, at the GPU's
 memory bandwidth given by `--bandwidth` (H200: 4.8 TB/s).
 """
 
