@@ -100,6 +100,7 @@ def main() -> None:
         answer = constrained[0]
         counts = allowed_per_step(llm, constrained_params, answer["token_ids"])
         pieces = [llm.tokenizer.decode([t]) for t in answer["token_ids"]]
+        vocab = sampler.vocab_size
     forced = sum(1 for c in counts if c == 1)
     print(
         f"\n{len(counts)} tokens in the first JSON answer; the grammar allowed exactly one "
@@ -109,7 +110,7 @@ def main() -> None:
         Path(os.environ["MINISGL_CAPTURE_DIR"], "ch25_structured.allowed.json").write_text(
             json.dumps(
                 {
-                    "vocab": llm.scheduler.engine.sampler.vocab_size,
+                    "vocab": vocab,
                     "tokens": pieces,
                     "allowed": counts,
                 }
