@@ -90,7 +90,9 @@ def main() -> None:
                 "steps": steps,
                 "ms_per_step": seconds * 1000 / steps,
                 "masked_steps": masked,
-                "mask_ms_per_step": (sampler.mask_seconds - mask_s) * 1000 / max(masked, 1),
+                "mask_ms_per_step": (sampler.mask_seconds - mask_s) * 1000 / masked
+                if masked
+                else None,
             }
         print(json.dumps(record))
         if args.json is not None:
