@@ -8,6 +8,7 @@
 #   benchmark/run_gpu.sh profile                             # a prefill and a decode step's kernels
 #   benchmark/run_gpu.sh attention,launch                    # FlashInfer's decode alone; launch costs
 #   benchmark/run_gpu.sh tp                                  # on nvidia-h200-x2: TP=1 and TP=2
+#   benchmark/run_gpu.sh structured                          # chapter 25: the grammar mask's cost
 #   benchmark/run_gpu.sh verdict                             # the judge's GPU verdict, chapter 18
 #
 # Expects the wheels in .whl/ and the SmolLM2 tokenizer files in .gpu/tokenizer/ (see
@@ -64,6 +65,9 @@ for stage in ${STAGES//,/ }; do
     online)  # needs the random model that the offline stage builds
       python3 benchmark/online.py --launch build/random-qwen3-0.6b --concurrency 64 \
           --num-requests 256 --output-len 256 --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/online.log" ;;
+    structured)  # chapter 25: JSON validity and the mask's cost per step, overlap on and off
+      python3 benchmark/structured.py --model models/tiny-qwen3 --dtype bfloat16 \
+          --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/structured.log" ;;
     moe)  # chapter 20: Qwen3-30B-A3B shape, engine and transformers in one run
       python3 benchmark/moe.py --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/moe.log" ;;
     tp)  # chapter 16, two GPUs: Qwen3-8B shape at TP=1 and TP=2, all-reduce time per step

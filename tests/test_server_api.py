@@ -109,6 +109,18 @@ BAD_REQUESTS = {
     "prompt longer than the context": (dict(prompt="hello " * 9000), 400, "max_seq_len"),
     "empty prompt": (dict(prompt=""), 400, "prompt"),
     "10 MB body": (dict(prompt="x" * 10_000_000), 413, "larger than"),
+    # chapter 25: response_format
+    "unknown response_format": (dict(response_format={"type": "xml"}), 400, "response_format"),
+    "a schema the grammar cannot follow": (
+        dict(
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"type": "bogus"}},
+            }
+        ),
+        400,
+        "bogus",
+    ),
 }
 
 
@@ -137,6 +149,38 @@ def test_a_bad_chat_request_gets_a_clear_4xx(server: LiveServer) -> None:
         )
     assert response.status_code == 400
     assert "role" in response.json()["error"]["message"]
+
+
+def test_response_format_json_schema_gives_valid_json_on_chat_and_completions(
+    server: LiveServer,
+) -> None:
+    import json
+
+    import jsonschema
+
+    schema = {
+        "type": "object",
+        "properties": {"age": {"type": "integer", "minimum": 0, "maximum": 99}},
+        "required": ["age"],
+    }
+    response_format = {"type": "json_schema", "json_schema": {"name": "a", "schema": schema}}
+    client = server.openai()
+    chat = client.chat.completions.create(
+        model=server.model,
+        messages=[{"role": "user", "content": "How old is the moon?"}],
+        max_tokens=16,
+        temperature=0,
+        response_format=response_format,
+    )
+    jsonschema.validate(json.loads(chat.choices[0].message.content), schema)
+    completion = client.completions.create(
+        model=server.model,
+        prompt="JSON:",
+        max_tokens=16,
+        temperature=0,
+        extra_body={"response_format": {"type": "json_object"}},
+    )
+    assert isinstance(json.loads(completion.choices[0].text), dict)
 
 
 # --- load: concurrent streams, disconnects --------------------------------------------------

@@ -13,3 +13,4 @@ from .sample import BatchSamplingArgs, Sampler
 from .graph import GraphRunner  # registers CUDA graphs as an engine extension
 from minisgl import kernels  # registers the Triton kernels as an engine extension
 from minisgl.distributed import extension  # registers tensor parallelism as an extension
+from minisgl.structured import sampler  # registers constrained sampling as an engine extension

@@ -22,7 +22,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from minisgl.message import ReplyMsg
 from minisgl.server.args import ServerArgs
 from minisgl.server.frontend import FrontendManager
-from minisgl.server.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
+from minisgl.server.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    SamplingFields,
+    request_params,
+)
 from minisgl.utils import MinisglError
 
 
@@ -249,7 +254,7 @@ def create_app(args: ServerArgs, frontend: FrontendManager) -> FastAPI:
                 code="model_not_found",
             )
         try:
-            params = body.sampling_params()
+            params = request_params(body)
         except MinisglError as error:
             raise ApiError(400, str(error)) from error
         uid = frontend.submit(params, stop=body.stop_strings(), **prompt)

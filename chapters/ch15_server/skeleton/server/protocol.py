@@ -6,9 +6,9 @@ SamplingParams itself, so the server and the offline LLM refuse the same request
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Callable, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from minisgl.core import SamplingParams
 
@@ -20,7 +20,13 @@ class StreamOptions(BaseModel):
 
 
 class SamplingFields(BaseModel):
-    """Fields shared by /v1/completions and /v1/chat/completions."""
+    """Fields shared by /v1/completions and /v1/chat/completions.
+
+    The OpenAI API has more fields than these: the others are kept (in `model_extra`) for the
+    functions of SAMPLING_EXTENSIONS, which a later chapter may register.
+    """
+
+    model_config = ConfigDict(extra="allow")
 
     model: str
     max_tokens: int | None = None
@@ -44,6 +50,20 @@ class SamplingFields(BaseModel):
     @property
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
+
+
+# Functions that read more of a request's fields: each gets the request and the parameters
+# made so far, and returns the parameters to use (or raises InvalidRequestError, a 400).
+SAMPLING_EXTENSIONS: list[Callable[[SamplingFields, SamplingParams], SamplingParams]] = []
+
+
+def request_params(body: SamplingFields) -> SamplingParams:
+    """The SamplingParams of a request: its sampling fields, then what each function of
+    SAMPLING_EXTENSIONS reads from the others."""
+    params = body.sampling_params()
+    for extend in SAMPLING_EXTENSIONS:
+        params = extend(body, params)
+    return params
 
 
 class CompletionRequest(SamplingFields):

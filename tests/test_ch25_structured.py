@@ -1,0 +1,386 @@
+"""Chapter 25 tests: structured output (StructuredParams, GrammarSampler, response_format).
+
+A constrained request's every output must follow its grammar. Random weights are the hard
+case: the model would write garbage, so only the mask makes the output valid. Every JSON output
+is parsed and validated against its schema with `jsonschema`; every regex output must match the
+whole regex; a grammar that is complete forces end-of-sequence. Unconstrained requests in the
+same batch keep exactly their tokens, with overlap on and off, the radix cache and chunked
+prefill. The sampler's parts are checked one by one against xgrammar's own matchers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import jsonschema
+import pytest
+import torch
+import xgrammar
+from conftest import SMOLLM2, TINY_MODELS, encode, engine_config, generate, llm_fixture
+
+from minisgl.core import Batch, Req, SamplingParams
+from minisgl.message import UserMsg, deserialize, serialize
+from minisgl.scheduler.prefill import ChunkedReq
+from minisgl.server.protocol import ChatCompletionRequest, CompletionRequest, request_params
+from minisgl.structured import StructuredParams
+from minisgl.structured.response_format import ANY_OBJECT
+from minisgl.structured.sampler import GrammarSampler, GrammarSamplingArgs, SampledTokens
+from minisgl.utils import InvalidRequestError
+
+QWEN3 = TINY_MODELS["qwen3"]
+EOS = 2  # the end-of-sequence token of every course model (SmolLM2's tokenizer)
+VOCAB = 49152
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 8},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+    },
+    "required": ["name", "age"],
+}
+SCHEMAS = {
+    "required fields": PERSON,
+    "enum": {
+        "type": "object",
+        "properties": {"color": {"enum": ["red", "green", "blue"]}, "ok": {"type": "boolean"}},
+        "required": ["color", "ok"],
+    },
+    "array": {
+        "type": "array",
+        "items": {"type": "integer", "minimum": -5, "maximum": 5},
+        "minItems": 1,
+        "maxItems": 3,
+    },
+    "nested": {
+        "type": "object",
+        "properties": {
+            "owner": PERSON,
+            "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2},
+        },
+        "required": ["owner", "tags"],
+    },
+}
+REGEXES = [r"\+1-[0-9]{3}-[0-9]{4}", r"(yes|no)", r"[a-z]{2,5}@[a-z]{3}\.(com|org)"]
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a small village by the sea, there lived an old fisherman who",
+    "Hi",
+]
+
+
+def check_json(text: str, schema: dict) -> None:
+    jsonschema.validate(json.loads(text), schema)
+
+
+# --- StructuredParams ---------------------------------------------------------------------------
+
+
+def test_a_dict_schema_is_kept_as_its_json_text():
+    params = StructuredParams(max_tokens=7, json_schema=PERSON)
+    assert params.json_schema == json.dumps(PERSON) and params.regex is None
+    assert params.max_tokens == 7 and isinstance(params, SamplingParams)
+    text = json.dumps(PERSON)
+    assert StructuredParams(json_schema=text).json_schema == text
+    assert StructuredParams(regex="a+").regex == "a+"
+
+
+@pytest.mark.parametrize("fields", [{}, {"json_schema": PERSON, "regex": "a"}])
+def test_exactly_one_constraint_is_required(fields):
+    with pytest.raises(InvalidRequestError, match="exactly one"):
+        StructuredParams(**fields)
+
+
+@pytest.mark.parametrize(
+    "fields, words",
+    [
+        ({"json_schema": "{not json"}, ["json_schema", "not valid JSON"]),
+        ({"json_schema": {"type": "bogus"}}, ["json_schema", "bogus"]),
+        ({"regex": "(ab"}, ["regex", "parenthesis"]),
+    ],
+)
+def test_a_constraint_the_grammar_cannot_follow_is_an_invalid_request(fields, words):
+    with pytest.raises(InvalidRequestError) as error:
+        StructuredParams(**fields)
+    assert all(w in str(error.value) for w in words), str(error.value)
+    assert ".cc:" not in str(error.value), "the message names the reason, not xgrammar's C++"
+
+
+def test_ignore_eos_and_the_base_checks_are_refused():
+    with pytest.raises(InvalidRequestError, match="ignore_eos"):
+        StructuredParams(regex="a", ignore_eos=True)
+    with pytest.raises(InvalidRequestError, match="max_tokens"):
+        StructuredParams(regex="a", max_tokens=0)
+
+
+def test_a_constraint_survives_the_trip_between_processes():
+    msg = UserMsg(3, [1, 2], StructuredParams(max_tokens=5, temperature=0.5, json_schema=PERSON))
+    back = deserialize(serialize(msg))
+    assert isinstance(back.sampling_params, StructuredParams)
+    assert back == msg
+
+
+# --- GrammarSampler, part by part ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sampler() -> GrammarSampler:
+    return GrammarSampler(torch.device("cpu"), VOCAB, 0, str(QWEN3), [EOS])
+
+
+def make_req(params: SamplingParams, uid: int = 0, cls: type[Req] = Req) -> Req:
+    return cls(torch.tensor([5, 6, 7], dtype=torch.int32), uid, 0, 8, uid, params)
+
+
+def reference_mask(sampler: GrammarSampler, params: StructuredParams, prefix: list[int]):
+    """xgrammar's own mask after `prefix`: a matcher of our own, fed the same tokens."""
+    matcher = xgrammar.GrammarMatcher(sampler.compiler.compile_grammar(params.grammar()))
+    for token in prefix:
+        assert matcher.accept_token(token)
+    mask = xgrammar.allocate_token_bitmask(1, VOCAB)
+    matcher.fill_next_token_bitmask(mask, 0)
+    return mask[0]
+
+
+def allowed(mask_row: torch.Tensor) -> set[int]:
+    logits = torch.zeros(1, VOCAB)
+    xgrammar.apply_token_bitmask_inplace(logits, mask_row.view(1, -1))
+    return set(torch.nonzero(logits[0] == 0).flatten().tolist())
+
+
+def test_prepare_gives_each_constrained_row_its_own_matcher_for_its_whole_life(sampler):
+    plain = make_req(SamplingParams(temperature=0.7, top_k=5), 0)
+    json_req = make_req(StructuredParams(json_schema=PERSON), 1)
+    chunk = make_req(StructuredParams(regex="a"), 2, ChunkedReq)
+    regex_req = make_req(StructuredParams(regex="(yes|no)"), 3)
+    batch = Batch([plain, json_req, chunk, regex_req], "prefill")
+    args = sampler.prepare(batch)
+    assert isinstance(args, GrammarSamplingArgs)
+    assert sorted(args.matchers) == [1, 3], "only constrained rows that sample get a matcher"
+    assert args.matchers[1] is not args.matchers[3]
+    base = GrammarSampler.__mro__[1].prepare(sampler, batch)
+    assert args.all_greedy == base.all_greedy is False
+    for name in ("greedy", "temperature", "top_k", "top_p"):
+        assert torch.equal(getattr(args, name), getattr(base, name)), name
+    assert args.row_seeds == base.row_seeds
+    again = sampler.prepare(Batch([regex_req, json_req], "decode"))
+    assert again.matchers[0] is args.matchers[3] and again.matchers[1] is args.matchers[1]
+    fresh = sampler.prepare(Batch([make_req(StructuredParams(regex="(yes|no)"), 4)], "prefill"))
+    assert fresh.matchers[0] is not args.matchers[3], "each request has a matcher of its own"
+
+
+def test_fill_mask_sets_each_constrained_row_from_its_matcher_and_leaves_the_rest_open(sampler):
+    params = StructuredParams(json_schema=PERSON)
+    opening = reference_mask(sampler, params, [])
+    matcher = xgrammar.GrammarMatcher(sampler.compiler.compile_grammar(params.grammar()))
+    done = xgrammar.GrammarMatcher(sampler.compiler.compile_grammar(params.grammar()))
+    assert done.accept_string('{"name": "a", "age": 1}') and done.accept_token(EOS)
+    assert done.is_terminated()
+    mask = sampler.fill_mask({1: matcher, 3: done}, 4)
+    assert mask.shape == (4, (VOCAB + 31) // 32) and mask.dtype == torch.int32
+    assert torch.equal(mask[1], opening)
+    assert len(allowed(mask[1])) < VOCAB
+    for row in (0, 2, 3):
+        assert bool((mask[row] == -1).all()), f"row {row} must allow every token"
+
+
+def test_accept_unaccepted_advances_each_matcher_by_its_token_once(sampler):
+    [yes] = encode(QWEN3, ["yes"])[0]
+    params = StructuredParams(regex="(yes|no)!")
+    first = xgrammar.GrammarMatcher(sampler.compiler.compile_grammar(params.grammar()))
+    second = xgrammar.GrammarMatcher(sampler.compiler.compile_grammar(params.grammar()))
+    sampler.unaccepted = SampledTokens([first, second], torch.tensor([yes, yes]), None)
+    sampler.accept_unaccepted()
+    assert sampler.unaccepted is None
+    for matcher in (first, second):
+        mask = xgrammar.allocate_token_bitmask(1, VOCAB)
+        matcher.fill_next_token_bitmask(mask, 0)
+        assert torch.equal(mask[0], reference_mask(sampler, params, [yes]))
+    sampler.accept_unaccepted()  # nothing left: no second acceptance
+    assert first.accept_string("!") and first.accept_token(EOS) and first.is_terminated()
+    sampler.unaccepted = SampledTokens([first], torch.tensor([yes]), None)
+    sampler.accept_unaccepted()  # a terminated matcher takes no token (the scheduler drops it)
+    assert sampler.unaccepted is None
+    sampler.unaccepted = SampledTokens([second], torch.tensor([yes]), None)
+    with pytest.raises(RuntimeError, match=str(yes)):
+        sampler.accept_unaccepted()
+
+
+def test_sample_masks_the_constrained_rows_and_keeps_their_tokens_for_the_next_step(sampler):
+    plain = make_req(SamplingParams(), 10)
+    digits = make_req(StructuredParams(regex="[0-9]+"), 11)
+    seeded = make_req(StructuredParams(regex="(yes|no)", temperature=1.0, seed=3), 12)
+    args = sampler.prepare(Batch([plain, digits, seeded], "prefill"))
+    logits = torch.randn(3, VOCAB, generator=torch.Generator().manual_seed(0))
+    original = logits.clone()
+    steps, seconds = sampler.masked_steps, sampler.mask_seconds
+    tokens = sampler.sample(logits, args)
+    assert tokens[0] == original[0].argmax(), "an unconstrained row is sampled as before"
+    assert int(tokens[1]) in allowed(reference_mask(sampler, digits.sampling_params, []))
+    assert int(tokens[1]) == max(
+        allowed(reference_mask(sampler, digits.sampling_params, [])), key=lambda t: original[1, t]
+    ), "greedy picks the best allowed token"
+    assert int(tokens[2]) in allowed(reference_mask(sampler, seeded.sampling_params, []))
+    assert sampler.masked_steps == steps + 1 and sampler.mask_seconds > seconds
+    kept = sampler.unaccepted
+    assert kept is not None and kept.copy_done_event is None
+    assert kept.matchers == [args.matchers[1], args.matchers[2]]
+    assert kept.tokens.tolist() == [int(tokens[1]), int(tokens[2])]
+    # The next step accepts them first: its mask follows on from the kept tokens.
+    args = sampler.prepare(Batch([digits], "decode"))
+    sampler.sample(torch.randn(1, VOCAB), args)
+    assert args.matchers[0] is kept.matchers[0]
+    # An unconstrained batch leaves nothing to accept and counts no masked step.
+    sampler.accept_unaccepted()
+    steps = sampler.masked_steps
+    plain_args = sampler.prepare(Batch([plain], "decode"))
+    assert sampler.sample(original[:1].clone(), plain_args) == original[0].argmax()
+    assert sampler.unaccepted is None and sampler.masked_steps == steps
+
+
+# --- the engine, end to end on random weights ---------------------------------------------------
+
+config = engine_config()
+llms = llm_fixture(config)
+SETUPS = {
+    "plain": dict(),
+    "overlap": dict(enable_overlap=True),
+    "overlap-radix-chunk7-page16": dict(
+        enable_overlap=True, cache_type="radix", max_extend_tokens=7, page_size=16
+    ),
+}
+
+
+@pytest.mark.parametrize("setup", list(SETUPS))
+def test_every_output_validates_against_its_schema_on_random_weights(setup, llms):
+    llm = llms(QWEN3, **SETUPS[setup])
+    prompts = encode(QWEN3, PROMPTS)
+    cases = [(p, name) for p in prompts for name in SCHEMAS]
+    params = [StructuredParams(max_tokens=80, json_schema=SCHEMAS[n]) for _, n in cases]
+    outputs = generate(llm, [p for p, _ in cases], params)
+    for (_, name), out in zip(cases, outputs):
+        check_json(out["text"], SCHEMAS[name])
+        assert out["finish_reason"] == "stop" and out["token_ids"][-1] == EOS, name
+
+
+def test_regex_outputs_match_the_whole_regex_with_sampling_too(llms):
+    llm = llms(QWEN3, enable_overlap=True)
+    prompts = encode(QWEN3, PROMPTS[:2])
+    params = [
+        StructuredParams(max_tokens=40, regex=r, temperature=t, seed=s)
+        for r in REGEXES
+        for t, s in ((0.0, None), (1.0, 7))
+    ]
+    outputs = generate(llm, [prompts[i % 2] for i in range(len(params))], params)
+    for p, out in zip(params, outputs):
+        assert re.fullmatch(p.regex, out["text"]), (p.regex, out["text"])
+        assert out["finish_reason"] == "stop"
+
+
+def test_a_complete_grammar_forces_end_of_sequence(llms):
+    llm = llms(QWEN3)
+    [out] = generate(llm, encode(QWEN3, PROMPTS[:1]), StructuredParams(max_tokens=20, regex="yes"))
+    assert out["text"] == "yes" and out["finish_reason"] == "stop"
+    assert out["token_ids"][-1] == EOS and EOS not in out["token_ids"][:-1]
+
+
+@pytest.mark.parametrize("setup", list(SETUPS))
+def test_unconstrained_neighbours_keep_exactly_their_tokens(setup, llms):
+    llm = llms(QWEN3, **SETUPS[setup])
+    prompts = encode(QWEN3, PROMPTS)
+    free = [SamplingParams(max_tokens=n) for n in (9, 4, 12, 6)]
+    alone = generate(llm, prompts, free)
+    mixed_params: list[SamplingParams] = []
+    for p in free:
+        mixed_params += [p, StructuredParams(max_tokens=30, json_schema=SCHEMAS["enum"])]
+    mixed = generate(llm, [p for p in prompts for _ in (0, 1)], mixed_params)
+    for i, out in enumerate(alone):
+        assert mixed[2 * i]["token_ids"] == out["token_ids"], "a constrained neighbour changed it"
+        check_json(mixed[2 * i + 1]["text"], SCHEMAS["enum"])
+
+
+def test_overlap_and_the_radix_cache_change_no_constrained_token(llms):
+    prompts = encode(QWEN3, PROMPTS)
+    params = [StructuredParams(max_tokens=60, json_schema=SCHEMAS["nested"]) for _ in prompts]
+    runs = [generate(llms(QWEN3, **SETUPS[s]), prompts, params) for s in SETUPS]
+    for outputs in runs[1:]:
+        assert [o["token_ids"] for o in outputs] == [o["token_ids"] for o in runs[0]]
+
+
+# --- response_format ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("request_type", [CompletionRequest, ChatCompletionRequest])
+def test_response_format_asks_for_the_right_constraint(request_type):
+    prompt = (
+        {"prompt": "Hi"}
+        if request_type is CompletionRequest
+        else {"messages": [{"role": "user", "content": "Hi"}]}
+    )
+
+    def params(**fields):
+        body = request_type(model="m", max_tokens=9, temperature=0.5, seed=4, **prompt, **fields)
+        return request_params(body)
+
+    assert type(params()) is SamplingParams
+    assert type(params(response_format={"type": "text"})) is SamplingParams
+    json_object = params(response_format={"type": "json_object"})
+    assert isinstance(json_object, StructuredParams)
+    assert json.loads(json_object.json_schema) == ANY_OBJECT and json_object.regex is None
+    schema = params(
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "person", "schema": PERSON, "strict": True},
+        }
+    )
+    assert isinstance(schema, StructuredParams) and json.loads(schema.json_schema) == PERSON
+    for p in (json_object, schema):
+        assert (p.max_tokens, p.temperature, p.seed, p.top_p) == (9, 0.5, 4, 1.0)
+
+
+@pytest.mark.parametrize(
+    "response_format, words",
+    [
+        ({"type": "xml"}, "response_format.type"),
+        ("json", "response_format"),
+        ({"type": "json_schema"}, "response_format.json_schema"),
+        ({"type": "json_schema", "json_schema": {"schema": PERSON}}, "json_schema.name"),
+        ({"type": "json_schema", "json_schema": {"name": "a b", "schema": {}}}, "name"),
+        ({"type": "json_schema", "json_schema": {"name": "p", "schema": {"type": 3}}}, "schema"),
+    ],
+)
+def test_a_bad_response_format_is_an_invalid_request(response_format, words):
+    body = CompletionRequest(model="m", prompt="Hi", response_format=response_format)
+    with pytest.raises(InvalidRequestError, match=re.escape(words)):
+        request_params(body)
+
+
+# --- the real model ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_smollm2_answers_50_prompts_with_valid_json_for_several_schemas():
+    from minisgl.llm import LLM
+
+    subjects = ["a cat", "a city", "a chef", "a river", "a robot"] * 10
+    names = list(SCHEMAS)
+    with LLM(str(SMOLLM2), **config(max_running_req=50, num_pages=8192)) as llm:
+        prompts = [
+            llm.tokenizer.apply_chat_template(
+                [{"role": "user", "content": f"Describe {s} as JSON."}],
+                add_generation_prompt=True,
+                tokenize=False,
+            )
+            for s in subjects
+        ]
+        params = [
+            StructuredParams(max_tokens=64, json_schema=SCHEMAS[names[i % len(names)]])
+            for i in range(len(prompts))
+        ]
+        outputs = generate(llm, prompts, params)
+    for i, out in enumerate(outputs):
+        check_json(out["text"], SCHEMAS[names[i % len(names)]])
+        assert out["finish_reason"] == "stop"
+    assert len(outputs) == 50
