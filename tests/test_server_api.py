@@ -151,35 +151,53 @@ def test_a_bad_chat_request_gets_a_clear_4xx(server: LiveServer) -> None:
     assert "role" in response.json()["error"]["message"]
 
 
-def test_response_format_json_schema_gives_valid_json_on_chat_and_completions(
-    server: LiveServer,
-) -> None:
+def test_response_format_gives_valid_json_on_chat_and_completions(server: LiveServer) -> None:
     import json
 
     import jsonschema
 
-    schema = {
+    def json_schema(schema: dict) -> dict:
+        return {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
+
+    age = {
         "type": "object",
         "properties": {"age": {"type": "integer", "minimum": 0, "maximum": 99}},
         "required": ["age"],
     }
-    response_format = {"type": "json_schema", "json_schema": {"name": "a", "schema": schema}}
+    flag = {
+        "type": "object",
+        "properties": {"ok": {"type": "boolean"}},
+        "required": ["ok"],
+        "additionalProperties": False,
+    }
     client = server.openai()
     chat = client.chat.completions.create(
         model=server.model,
         messages=[{"role": "user", "content": "How old is the moon?"}],
         max_tokens=16,
         temperature=0,
-        response_format=response_format,
+        response_format=json_schema(age),
     )
-    jsonschema.validate(json.loads(chat.choices[0].message.content), schema)
+    jsonschema.validate(json.loads(chat.choices[0].message.content), age)
+    # A schema this small ends within a few tokens: the grammar, not max_tokens, stops it.
     completion = client.completions.create(
         model=server.model,
-        prompt="JSON:",
-        max_tokens=16,
+        prompt="Is water wet? JSON:",
+        max_tokens=32,
+        temperature=0,
+        extra_body={"response_format": json_schema(flag)},
+    )
+    assert completion.choices[0].finish_reason == "stop"
+    jsonschema.validate(json.loads(completion.choices[0].text), flag)
+    # json_object allows any object, so it may run out of tokens: this prompt's object ends.
+    completion = client.completions.create(
+        model=server.model,
+        prompt="Reply with a JSON object with one key.",
+        max_tokens=48,
         temperature=0,
         extra_body={"response_format": {"type": "json_object"}},
     )
+    assert completion.choices[0].finish_reason == "stop", completion.choices[0].text
     assert isinstance(json.loads(completion.choices[0].text), dict)
 
 
