@@ -40,6 +40,7 @@ from minisgl.kernels.paged_attention import (
     MAX_SPLITS,
     MIN_DOT,
     decode_attention,
+    decode_partials,
     merge_partials,
     num_decode_splits,
     prefill_attention,
@@ -181,22 +182,16 @@ def chunk_bounds(seq_len: int, splits: int) -> list[tuple[int, int]]:
     return [(min(s * chunk, seq_len), min((s + 1) * chunk, seq_len)) for s in range(splits)]
 
 
-def test_each_split_writes_its_chunks_softmax_and_log_sum_exp(monkeypatch) -> None:
+def test_each_split_writes_its_chunks_softmax_and_log_sum_exp() -> None:
     """The partials decode_kernel hands to the merge, against torch on each chunk: the output
     normalised over the chunk alone and the chunk's LSE; an empty chunk writes zeros, -inf."""
     seq_lens, splits, heads, kv_heads, head_dim = [2 * BLOCK_N + 3, 5], 4, 4, 2, 12
     kv = PagedKV(decode_ledgers(seq_lens), kv_heads, head_dim, page_size=4)
     q = kv.queries(heads, head_dim)
-    seen: list[tuple[torch.Tensor, torch.Tensor]] = []
-    real_merge = paged_attention.merge_partials
-
-    def watched(partial_out: torch.Tensor, partial_lse: torch.Tensor, out: torch.Tensor) -> None:
-        seen.append((partial_out.clone(), partial_lse.clone()))
-        real_merge(partial_out, partial_lse, out)
-
-    monkeypatch.setattr(paged_attention, "merge_partials", watched)
-    kv.decode(q, splits)
-    (partial_out, partial_lse), = seen
+    lists = kv.device_lists()
+    partial_out, partial_lse = decode_partials(
+        q, kv.pool.k_cache(0), kv.pool.v_cache(0), kv.table, lists["rows"], lists["seq_lens"], splits
+    )
     group = heads // kv_heads
     for b, req in enumerate(kv.reqs):
         slots = kv.table[req.table_idx, : req.device_len].long()

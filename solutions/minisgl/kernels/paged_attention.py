@@ -232,7 +232,7 @@ def dot_precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-def decode_attention(
+def decode_partials(
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
@@ -241,16 +241,15 @@ def decode_attention(
     seq_lens: torch.Tensor,
     num_splits: int,
     config: DecodeConfig = DEFAULT_DECODE,
-) -> torch.Tensor:
-    """Attention of one query token per request over its first seq_lens[i] tokens.
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first pass of decode: each chunk's output and LSE, before the merge.
 
     q: [batch, heads, head_dim]; k_cache, v_cache: [slots, kv_heads, head_dim] of one layer;
     page_table: [rows, max_seq_len] slots; rows, seq_lens: [batch] int32 on the device.
-    Launch decode_kernel on grid (batch, kv_heads, num_splits) into float32 partials
-    [batch, heads, num_splits, BLOCK_DIM] and LSEs [batch, heads, num_splits], then
-    merge_kernel on grid (batch, heads) into the output (like q). Tiles of at least MIN_DOT
-    rows and columns: BLOCK_GROUP = the group rounded up to a power of two, BLOCK_DIM =
-    head_dim rounded up, both at least MIN_DOT. No length is read on the host.
+    Launches decode_kernel on grid (batch, kv_heads, num_splits); returns float32 partials
+    [batch, heads, num_splits, BLOCK_DIM] and LSEs [batch, heads, num_splits]. Tiles of at
+    least MIN_DOT rows and columns: BLOCK_GROUP = the group rounded up to a power of two,
+    BLOCK_DIM = head_dim rounded up, both at least MIN_DOT. No length is read on the host.
     """
     batch, num_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[1]
@@ -284,6 +283,24 @@ def decode_attention(
         DOT_PRECISION=dot_precision(q.dtype),
         num_warps=config.num_warps,
         num_stages=config.num_stages,
+    )
+    return partial_out, partial_lse
+
+
+def decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    page_table: torch.Tensor,
+    rows: torch.Tensor,
+    seq_lens: torch.Tensor,
+    num_splits: int,
+    config: DecodeConfig = DEFAULT_DECODE,
+) -> torch.Tensor:
+    """Attention of one query token per request over its first seq_lens[i] tokens: the
+    partials of decode_partials, merged by merge_partials into a tensor like q."""
+    partial_out, partial_lse = decode_partials(
+        q, k_cache, v_cache, page_table, rows, seq_lens, num_splits, config
     )
     out = torch.empty_like(q)
     merge_partials(partial_out, partial_lse, out)
