@@ -392,11 +392,20 @@ def test_prepare_metadata_fills_every_field_in_one_copy(monkeypatch) -> None:
     assert decode.attn_metadata.last_indices.tolist() == [0, 1]
 
 
-@pytest.mark.parametrize("phase", ["prefill", "decode"])
-def test_forward_stores_then_attends_with_one_launch_per_kernel(monkeypatch, phase) -> None:
+FORWARD_CASES = {
+    # name: (phase, (cached_len, device_len) of each request)
+    "prefill": ("prefill", [(0, 9), (4, 5), (30, 37)]),
+    "prefill of one token each": ("prefill", [(8, 9), (0, 1), (36, 37)]),  # after prefix hits
+    "decode": ("decode", [(8, 9), (0, 1), (36, 37)]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FORWARD_CASES))
+def test_forward_stores_then_attends_with_one_launch_per_kernel(monkeypatch, case) -> None:
     """forward stores the new K/V first (a zeroed slot must be filled before the kernels read
-    it), runs the phase's kernels on their documented grids, never waits for the device."""
-    lengths = [(0, 9), (4, 5), (30, 37)] if phase == "prefill" else [(8, 9), (0, 1), (36, 37)]
+    it), runs the phase's kernels on their documented grids (a prefill batch runs the prefill
+    kernel, even when each request computes one token), never waits for the device."""
+    phase, lengths = FORWARD_CASES[case]
     ledgers = [(2 * i, cached, device) for i, (cached, device) in enumerate(lengths)]
     kv = PagedKV(ledgers, 1, 8, page_size=16)
     q = kv.queries(3, 8)
@@ -419,7 +428,7 @@ def test_forward_stores_then_attends_with_one_launch_per_kernel(monkeypatch, pha
             "prefill_kernel": [],
         }
     else:
-        assert launches.grids["prefill_kernel"] == [(3, 3, 1)]
+        assert launches.grids["prefill_kernel"] == [(3, 3, 1)], "one prefill launch"
         assert launches.grids["decode_kernel"] == [] and launches.grids["merge_kernel"] == []
 
 
