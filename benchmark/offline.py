@@ -4,7 +4,9 @@
     python benchmark/offline.py --workload uniform    # 32 prompts x 64 new tokens
     python benchmark/offline.py --workload mixed      # 64 requests, lengths uniform in [16, 256]
     python benchmark/offline.py --workload official --model random-qwen3-0.6b \
-        --dtype bfloat16 --variants minisgl,no-graphs,no-overlap,torch-backend,triton-backend,transformers
+        --dtype bfloat16 --variants minisgl,no-graphs,no-overlap,torch-backend,transformers
+    python benchmark/offline.py --workload official --model random-qwen3-0.6b \
+        --dtype bfloat16 --variants minisgl,triton-backend   # chapter 22's attention
     python benchmark/offline.py --workload official --model random-qwen3-0.6b \
         --dtype bfloat16 --tp 2                       # tensor parallel over 2 GPUs
 

@@ -180,8 +180,13 @@ PROMPT = "The capital of France is"
 texts = {}
 for backend in ("torch", "triton"):
     with LLM(
-        str(MODEL), attention_backend=backend, device=DEVICE.type, page_size=PAGE_SIZE,
-        num_pages=64, max_running_req=2, show_progress=False,
+        str(MODEL),
+        attention_backend=backend,
+        device=DEVICE.type,
+        page_size=PAGE_SIZE,
+        num_pages=64,
+        max_running_req=2,
+        show_progress=False,
     ) as llm:
         out = llm.generate([PROMPT], SamplingParams(max_tokens=4, ignore_eos=True))[0]
     texts[backend] = out["token_ids"]

@@ -116,7 +116,9 @@ class PagedKV:
         lists = self.device_lists()
         max_extend = max(r.extend_len for r in self.reqs)
         k_cache, v_cache = self.pool.k_cache(0), self.pool.v_cache(0)
-        return prefill_attention(q, k_cache, v_cache, self.table, **lists, max_extend_len=max_extend)
+        return prefill_attention(
+            q, k_cache, v_cache, self.table, **lists, max_extend_len=max_extend
+        )
 
 
 def decode_ledgers(seq_lens: list[int]) -> list[tuple[int, int, int]]:
@@ -189,8 +191,9 @@ def test_each_split_writes_its_chunks_softmax_and_log_sum_exp() -> None:
     kv = PagedKV(decode_ledgers(seq_lens), kv_heads, head_dim, page_size=4)
     q = kv.queries(heads, head_dim)
     lists = kv.device_lists()
+    pools = kv.pool.k_cache(0), kv.pool.v_cache(0)
     partial_out, partial_lse = decode_partials(
-        q, kv.pool.k_cache(0), kv.pool.v_cache(0), kv.table, lists["rows"], lists["seq_lens"], splits
+        q, *pools, kv.table, lists["rows"], lists["seq_lens"], splits
     )
     group = heads // kv_heads
     for b, req in enumerate(kv.reqs):
@@ -448,7 +451,8 @@ def test_a_graph_batch_is_written_into_fixed_buffers_with_padding_rows_of_no_key
         )
     assert fixed.rows.tolist() == [1, 4, 2, 0] and fixed.seq_lens.tolist() == [13, 3, 41, 0]
     assert fixed.cached_lens.tolist() == [12, 2, 40, 0]
-    assert fixed.last_indices.tolist() == [0, 1, 2, 3] and fixed.qo_indptr.tolist() == [0, 1, 2, 3, 4]
+    assert fixed.last_indices.tolist() == [0, 1, 2, 3]
+    assert fixed.qo_indptr.tolist() == [0, 1, 2, 3, 4]
     assert meta.num_splits == fixed.num_splits == num_decode_splits(4, 2, backend.sm_count)
     # A replay: the captured metadata, the batch's rows, then a padding row on a spare slot.
     replay = Batch([], "decode")

@@ -767,7 +767,8 @@ def split_kv_chunks(data: dict) -> tuple[str, str]:
     lse, weights = data["lse"], data["weights"]
     left, top, width, bar_h, weight_h = 20, 30, 640, 34, 90
     scale = width / seq_len
-    body = [text(left, top - 12, f"one request's {seq_len} keys, cut into chunks", 11, weight="bold")]
+    title = f"one request's {seq_len} keys, cut into chunks"
+    body = [text(left, top - 12, title, 11, weight="bold")]
     base = top + bar_h + 26 + weight_h
     for s, ((start, end), value, weight) in enumerate(zip(bounds, lse, weights)):
         x, w = left + start * scale, (end - start) * scale
@@ -780,7 +781,9 @@ def split_kv_chunks(data: dict) -> tuple[str, str]:
         body.append(text(x + w / 2, base - h - 4, f"{weight:.3f}", 10, "middle"))
     body.append(line(left, base, left + width, base))
     body.append(
-        text(left + width / 2, base + 16, "weight of each chunk's output in the merge", 11, "middle")
+        text(
+            left + width / 2, base + 16, "weight of each chunk's output in the merge", 11, "middle"
+        )
     )
     caption = (
         f"Split-KV for one request of chapter 22's main ({seq_len} keys, {len(bounds)} splits, "

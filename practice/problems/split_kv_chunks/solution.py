@@ -12,6 +12,4 @@ def chunk_bounds(seq_len: int, num_splits: int, block_n: int) -> list[tuple[int,
 
 def busiest_program(seq_lens: list[int], num_splits: int, block_n: int) -> int:
     """The most keys one program of the launch reads."""
-    return max(
-        end - start for n in seq_lens for start, end in chunk_bounds(n, num_splits, block_n)
-    )
+    return max(end - start for n in seq_lens for start, end in chunk_bounds(n, num_splits, block_n))

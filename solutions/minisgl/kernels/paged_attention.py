@@ -33,7 +33,6 @@ import triton.language as tl
 from minisgl.utils import div_ceil
 
 
-
 def index_loaded_scalars_in_the_interpreter() -> None:
     """Let Triton's interpreter use a loaded length as a loop bound, as compiled Triton does.
 
@@ -75,9 +74,7 @@ class DecodeConfig:
 DEFAULT_DECODE = DecodeConfig()
 
 
-def num_decode_splits(
-    batch_size: int, num_kv_heads: int, sm_count: int, waves: int = WAVES
-) -> int:
+def num_decode_splits(batch_size: int, num_kv_heads: int, sm_count: int, waves: int = WAVES) -> int:
     """How many chunks to cut each request's context into, from the grid alone.
 
     Without splitting there are batch_size * num_kv_heads programs; aim for `waves` programs
@@ -166,9 +163,9 @@ def decode_kernel(
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(scores - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(
-            p.to(v.dtype), v, input_precision=DOT_PRECISION
-        ).to(tl.float32)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION).to(
+            tl.float32
+        )
         m_i = m_new
 
     nonempty = l_i > 0
@@ -307,9 +304,7 @@ def decode_attention(
     return out
 
 
-def merge_partials(
-    partial_out: torch.Tensor, partial_lse: torch.Tensor, out: torch.Tensor
-) -> None:
+def merge_partials(partial_out: torch.Tensor, partial_lse: torch.Tensor, out: torch.Tensor) -> None:
     """Launch merge_kernel: partials [batch, heads, splits, BLOCK_DIM] and their LSEs
     [batch, heads, splits] (float32, contiguous) into out [batch, heads, head_dim]."""
     batch, num_heads, num_splits, block_dim = partial_out.shape
@@ -409,9 +404,9 @@ def prefill_kernel(
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(scores - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(
-            p.to(v.dtype), v, input_precision=DOT_PRECISION
-        ).to(tl.float32)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION).to(
+            tl.float32
+        )
         m_i = m_new
 
     out = acc / l_i[:, None]

@@ -108,9 +108,7 @@ class TritonAttnBackend(BaseAttnBackend):
         self._graph_batch = torch.zeros(3, max_batch_size, dtype=torch.int32, device=self.device)
         # Every row of a graph is one query token, and a last token (it computes their
         # logits): fixed tensors too, since the captured LM head reads them at every replay.
-        self._graph_indptr = torch.arange(
-            max_batch_size + 1, dtype=torch.int32, device=self.device
-        )
+        self._graph_indptr = torch.arange(max_batch_size + 1, dtype=torch.int32, device=self.device)
         self._graph_rows = torch.arange(max_batch_size, device=self.device)
 
     def prepare_for_graph(self, batch: Batch, graph_batch_size: int, pad_page: int) -> None:
