@@ -87,6 +87,54 @@ def num_decode_splits(batch_size: int, num_kv_heads: int, sm_count: int, waves: 
 
 
 @triton.jit
+def load_kv_block(
+    k_cache_ptr,
+    v_cache_ptr,
+    table_row_ptr,
+    pos,
+    key_ok,
+    head_offset,
+    cache_slot_stride,
+    dims,
+    dim_ok,
+):
+    """K and V rows [BLOCK_N, BLOCK_DIM] of one KV head for the tokens at positions `pos`.
+
+    table_row_ptr points at the request's page-table row: token pos's slot is
+    table_row_ptr[pos] (load only where key_ok). A row starts at slot * cache_slot_stride +
+    head_offset in each pool, the slot taken as int64 (a large pool passes 2**31 elements).
+    Masked keys and dims load as 0.
+    """
+    slots = tl.load(table_row_ptr + pos, mask=key_ok, other=0).to(tl.int64)
+    offsets = slots[:, None] * cache_slot_stride + head_offset + dims[None, :]
+    mask = key_ok[:, None] & dim_ok[None, :]
+    k = tl.load(k_cache_ptr + offsets, mask=mask, other=0.0)
+    v = tl.load(v_cache_ptr + offsets, mask=mask, other=0.0)
+    return k, v
+
+
+@triton.jit
+def online_softmax_step(q, k, v, allowed, m_i, l_i, acc, sm_scale, DOT_PRECISION: tl.constexpr):
+    """Fold one block of keys into the running softmax of every query row; new (m, l, acc).
+
+    scores = q . k^T * sm_scale, -inf where not `allowed` (broadcast to [rows, BLOCK_N]).
+    With m_new = max(m, the block's largest score per row), everything so far is rescaled by
+    alpha = exp(m - m_new): l = l * alpha + sum(exp(scores - m_new)), acc = acc * alpha +
+    exp(scores - m_new) @ v (in v's dtype for the product, float32 accumulated). Each row
+    needs an allowed key in the first block it sees (exp(-inf - -inf) would be NaN): key 0 of
+    its walk is always allowed here.
+    """
+    scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale
+    scores = tl.where(allowed, scores, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(scores, 1))
+    alpha = tl.exp(m_i - m_new)
+    p = tl.exp(scores - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+    return m_new, l_i, acc
+
+
+@triton.jit
 def decode_kernel(
     q_ptr,
     k_cache_ptr,
@@ -117,10 +165,10 @@ def decode_kernel(
     [split * chunk, min((split + 1) * chunk, n)) with chunk = ceil(n / NUM_SPLITS) rounded up
     to BLOCK_N; it may be empty. The GROUP query heads kv_head * GROUP + g are the rows of a
     [BLOCK_GROUP, BLOCK_DIM] tile (rows >= GROUP and dims >= head_dim masked). Walk the chunk
-    BLOCK_N keys at a time: slots from the page table row, K and V rows gathered from the
-    pool, scores = q . k * sm_scale (keys past the chunk at -inf), online softmax. Write
-    acc / l to partial_out[req, head, split] and m + log(l) to partial_lse[req, head, split]
-    (float32 both); an empty chunk writes zeros and an LSE of -inf.
+    BLOCK_N keys at a time: K and V rows through the page table (load_kv_block), then
+    online_softmax_step with the keys past the chunk not allowed. Write acc / l to
+    partial_out[req, head, split] and m + log(l) to partial_lse[req, head, split] (float32
+    both); an empty chunk writes zeros and an LSE of -inf.
     """
     req = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -148,25 +196,20 @@ def decode_kernel(
     for block_start in range(start, end, BLOCK_N):
         pos = block_start + tl.arange(0, BLOCK_N)
         key_ok = pos < end
-        slots = tl.load(page_table_ptr + row * table_row_stride + pos, mask=key_ok, other=0)
-        kv_offsets = (
-            slots.to(tl.int64)[:, None] * cache_slot_stride
-            + kv_head * cache_head_stride
-            + dims[None, :]
+        k, v = load_kv_block(
+            k_cache_ptr,
+            v_cache_ptr,
+            page_table_ptr + row * table_row_stride,
+            pos,
+            key_ok,
+            kv_head * cache_head_stride,
+            cache_slot_stride,
+            dims,
+            dim_ok,
         )
-        kv_mask = key_ok[:, None] & dim_ok[None, :]
-        k = tl.load(k_cache_ptr + kv_offsets, mask=kv_mask, other=0.0)
-        v = tl.load(v_cache_ptr + kv_offsets, mask=kv_mask, other=0.0)
-        scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale
-        scores = tl.where(key_ok[None, :], scores, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(scores, 1))
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(scores - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION).to(
-            tl.float32
+        m_i, l_i, acc = online_softmax_step(
+            q, k, v, key_ok[None, :], m_i, l_i, acc, sm_scale, DOT_PRECISION
         )
-        m_i = m_new
 
     nonempty = l_i > 0
     out = acc / tl.where(nonempty, l_i, 1.0)[:, None]
@@ -355,7 +398,8 @@ def prefill_kernel(
     Query i sits at position cached_len + i and sees keys at positions <= that (its cached
     prefix, then the causal part of the new tokens); so the walk over the keys, BLOCK_N at a
     time, stops at cached_len + the block's last query. Keys come from KV head head // GROUP
-    through the page table row; online softmax; store acc / l for the rows < extend_len.
+    (load_kv_block); online_softmax_step allows a key where it is in the walk and at or before
+    the query's position; store acc / l for the rows < extend_len.
     """
     req = tl.program_id(0)
     head = tl.program_id(1)
@@ -388,26 +432,21 @@ def prefill_kernel(
     for block_start in range(0, key_end, BLOCK_N):
         pos = block_start + tl.arange(0, BLOCK_N)
         key_ok = pos < key_end
-        slots = tl.load(page_table_ptr + row * table_row_stride + pos, mask=key_ok, other=0)
-        kv_offsets = (
-            slots.to(tl.int64)[:, None] * cache_slot_stride
-            + kv_head * cache_head_stride
-            + dims[None, :]
+        k, v = load_kv_block(
+            k_cache_ptr,
+            v_cache_ptr,
+            page_table_ptr + row * table_row_stride,
+            pos,
+            key_ok,
+            kv_head * cache_head_stride,
+            cache_slot_stride,
+            dims,
+            dim_ok,
         )
-        kv_mask = key_ok[:, None] & dim_ok[None, :]
-        k = tl.load(k_cache_ptr + kv_offsets, mask=kv_mask, other=0.0)
-        v = tl.load(v_cache_ptr + kv_offsets, mask=kv_mask, other=0.0)
-        scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale
         allowed = key_ok[None, :] & (pos[None, :] <= query_pos[:, None])
-        scores = tl.where(allowed, scores, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(scores, 1))
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(scores - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION).to(
-            tl.float32
+        m_i, l_i, acc = online_softmax_step(
+            q, k, v, allowed, m_i, l_i, acc, sm_scale, DOT_PRECISION
         )
-        m_i = m_new
 
     out = acc / l_i[:, None]
     tl.store(

@@ -86,6 +86,42 @@ def num_decode_splits(batch_size: int, num_kv_heads: int, sm_count: int, waves: 
 
 
 @triton.jit
+def load_kv_block(
+    k_cache_ptr,
+    v_cache_ptr,
+    table_row_ptr,
+    pos,
+    key_ok,
+    head_offset,
+    cache_slot_stride,
+    dims,
+    dim_ok,
+):
+    """K and V rows [BLOCK_N, BLOCK_DIM] of one KV head for the tokens at positions `pos`.
+
+    table_row_ptr points at the request's page-table row: token pos's slot is
+    table_row_ptr[pos] (load only where key_ok). A row starts at slot * cache_slot_stride +
+    head_offset in each pool, the slot taken as int64 (a large pool passes 2**31 elements).
+    Masked keys and dims load as 0.
+    """
+    raise NotImplementedError("ch22: K and V rows [BLOCK_N, BLOCK_DIM] of one KV head for the tokens at positions `pos`.")
+
+
+@triton.jit
+def online_softmax_step(q, k, v, allowed, m_i, l_i, acc, sm_scale, DOT_PRECISION: tl.constexpr):
+    """Fold one block of keys into the running softmax of every query row; new (m, l, acc).
+
+    scores = q . k^T * sm_scale, -inf where not `allowed` (broadcast to [rows, BLOCK_N]).
+    With m_new = max(m, the block's largest score per row), everything so far is rescaled by
+    alpha = exp(m - m_new): l = l * alpha + sum(exp(scores - m_new)), acc = acc * alpha +
+    exp(scores - m_new) @ v (in v's dtype for the product, float32 accumulated). Each row
+    needs an allowed key in the first block it sees (exp(-inf - -inf) would be NaN): key 0 of
+    its walk is always allowed here.
+    """
+    raise NotImplementedError("ch22: Fold one block of keys into the running softmax of every query row; new (m, l, acc).")
+
+
+@triton.jit
 def decode_kernel(
     q_ptr,
     k_cache_ptr,
@@ -116,10 +152,10 @@ def decode_kernel(
     [split * chunk, min((split + 1) * chunk, n)) with chunk = ceil(n / NUM_SPLITS) rounded up
     to BLOCK_N; it may be empty. The GROUP query heads kv_head * GROUP + g are the rows of a
     [BLOCK_GROUP, BLOCK_DIM] tile (rows >= GROUP and dims >= head_dim masked). Walk the chunk
-    BLOCK_N keys at a time: slots from the page table row, K and V rows gathered from the
-    pool, scores = q . k * sm_scale (keys past the chunk at -inf), online softmax. Write
-    acc / l to partial_out[req, head, split] and m + log(l) to partial_lse[req, head, split]
-    (float32 both); an empty chunk writes zeros and an LSE of -inf.
+    BLOCK_N keys at a time: K and V rows through the page table (load_kv_block), then
+    online_softmax_step with the keys past the chunk not allowed. Write acc / l to
+    partial_out[req, head, split] and m + log(l) to partial_lse[req, head, split] (float32
+    both); an empty chunk writes zeros and an LSE of -inf.
     """
     raise NotImplementedError("ch22: One chunk of one request's keys, for every query head of one KV head.")
 
@@ -279,7 +315,8 @@ def prefill_kernel(
     Query i sits at position cached_len + i and sees keys at positions <= that (its cached
     prefix, then the causal part of the new tokens); so the walk over the keys, BLOCK_N at a
     time, stops at cached_len + the block's last query. Keys come from KV head head // GROUP
-    through the page table row; online softmax; store acc / l for the rows < extend_len.
+    (load_kv_block); online_softmax_step allows a key where it is in the walk and at or before
+    the query's position; store acc / l for the rows < extend_len.
     """
     raise NotImplementedError("ch22: BLOCK_M new tokens of one request, one query head, over its cached and new keys.")
 
