@@ -257,6 +257,7 @@ def main() -> int:
                         args.json,
                         {
                             "benchmark": "attention_kernel",
+                            "phase": "decode",
                             "kernel": kernel,
                             "page_size": page_size,
                             "layout": layout,
@@ -299,6 +300,7 @@ def time_prefill(args: argparse.Namespace) -> None:
                         args.json,
                         {
                             "benchmark": "attention_kernel",
+                            "phase": "prefill",
                             "kernel": kernel,
                             "page_size": page_size,
                             "layout": "NHD",
