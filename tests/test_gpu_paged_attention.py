@@ -43,8 +43,9 @@ def random_batch(
     slots = pages.view(len(ledgers), pages_per_row, 1) * page_size + torch.arange(page_size)
     table = slots.view(len(ledgers), -1).to(CUDA, torch.int32).contiguous()
     pool = MHAKVCache(num_pages * page_size, 1, KV_HEADS, HEAD_DIM, dtype, CUDA)
-    pool.k_cache(0).copy_(torch.randn(pool.k_cache(0).shape, generator=gen))
-    pool.v_cache(0).copy_(torch.randn(pool.v_cache(0).shape, generator=gen))
+    on_gpu = torch.Generator(device=CUDA).manual_seed(len(ledgers))  # GBs: fill them there
+    for cache in (pool.k_cache(0), pool.v_cache(0)):
+        cache.copy_(torch.randn(cache.shape, generator=on_gpu, device=CUDA))
     reqs = [
         Req(torch.zeros(device, dtype=torch.int32), row, cached, 4, row, SamplingParams())
         for row, (cached, device) in enumerate(ledgers)
