@@ -184,10 +184,17 @@ def chunk_bounds(seq_len: int, splits: int) -> list[tuple[int, int]]:
     return [(min(s * chunk, seq_len), min((s + 1) * chunk, seq_len)) for s in range(splits)]
 
 
-def test_each_split_writes_its_chunks_softmax_and_log_sum_exp() -> None:
+@pytest.mark.parametrize(
+    "seq_lens, splits",
+    [
+        ([2 * BLOCK_N + 3, 5], 4),  # chunks of one block, the last one short; empty chunks
+        ([2 * BLOCK_N, 4 * BLOCK_N + 1], 2),  # a share of exactly one block: no rounding up
+    ],
+)
+def test_each_split_writes_its_chunks_softmax_and_log_sum_exp(seq_lens, splits) -> None:
     """The partials decode_kernel hands to the merge, against torch on each chunk: the output
     normalised over the chunk alone and the chunk's LSE; an empty chunk writes zeros, -inf."""
-    seq_lens, splits, heads, kv_heads, head_dim = [2 * BLOCK_N + 3, 5], 4, 4, 2, 12
+    heads, kv_heads, head_dim = 4, 2, 12
     kv = PagedKV(decode_ledgers(seq_lens), kv_heads, head_dim, page_size=4)
     q = kv.queries(heads, head_dim)
     lists = kv.device_lists()
