@@ -323,6 +323,9 @@ def prefill_kernel(
 
 PREFILL_BLOCK_M = 64  # new tokens per program
 PREFILL_BLOCK_N = 64  # keys per block of the walk
+# Two stages of K and V blocks in flight: with float32 tiles of head_dim 128 a third would
+# pass the shared memory of an SM (q, then 64 KiB of K and V per stage).
+PREFILL_STAGES = 2
 
 
 def prefill_attention(
@@ -371,5 +374,6 @@ def prefill_attention(
         BLOCK_N=PREFILL_BLOCK_N,
         BLOCK_DIM=max(MIN_DOT, triton.next_power_of_2(head_dim)),
         DOT_PRECISION=dot_precision(q.dtype),
+        num_stages=PREFILL_STAGES,
     )
     return out
