@@ -1,15 +1,19 @@
-"""Time paged decode attention kernels alone, against the floor of reading the KV cache.
+"""Time paged attention kernels alone, against the floor of reading the KV cache.
 
     python benchmark/attention_kernels.py --batch-sizes 64,256 --contexts 512,2048 --json r.jsonl
 
 One layer of Qwen3-0.6B's attention (16 query heads, 8 KV heads of 128, bf16), every request
 `context` tokens long, pages (of `--page-sizes` slots) scattered over the pool as a long run
 leaves them. For each kernel (FlashInfer's decode on CUDA cores or on tensor cores,
-TensorRT-LLM's XQA as FlashInfer ships it), page size and KV layout (NHD: a page is
-[page_size, kv_heads, head_dim]; HND: [kv_heads, page_size, head_dim]), the kernel is set up
-once (FlashInfer's plan) and timed with CUDA events (`median_seconds`); every output is
-compared with the first variant's. The floor is the KV bytes the kernel must read, at the GPU's
-memory bandwidth given by `--bandwidth` (H200: 4.8 TB/s).
+TensorRT-LLM's XQA as FlashInfer ships it, chapter 22's Triton decode in a few tilings), page
+size and KV layout (NHD: a page is [page_size, kv_heads, head_dim]; HND: [kv_heads, page_size,
+head_dim]; the Triton kernel reads minisgl's pool, NHD only), the kernel is set up once
+(FlashInfer's plan) and timed with CUDA events (`median_seconds`); every output is compared
+with the first variant's. The floor is the KV bytes the kernel must read, at the GPU's memory
+bandwidth given by `--bandwidth` (H200: 4.8 TB/s).
+
+With --prefill it also times causal prefill over paged KV, FlashInfer's against chapter 22's,
+at the sizes of PREFILL_CASES (one line each, kernel "flashinfer-prefill" or "triton-prefill").
 """
 
 from __future__ import annotations
@@ -24,8 +28,17 @@ from pathlib import Path
 import torch
 
 from minisgl.benchmark import append_result
+from minisgl.kernels.paged_attention import DecodeConfig
 
 HEADS, KV_HEADS, HEAD_DIM = 16, 8, 128
+# Chapter 22's decode in three tilings, so one GPU run can pick the best: the default (blocks of
+# 64 keys, 4 warps, splits for 2 programs per SM), small blocks with more programs in flight,
+# and large blocks with 8 warps.
+TRITON_DECODE = {
+    "triton": DecodeConfig(),
+    "triton-n32-x4": DecodeConfig(block_n=32, num_warps=2, num_stages=3, waves=4),
+    "triton-n128-w8": DecodeConfig(block_n=128, num_warps=8, num_stages=2, waves=2),
+}
 
 
 KERNELS = (
@@ -33,7 +46,12 @@ KERNELS = (
     "flashinfer-tc",
     "flashinfer-fa3",
     "xqa",
-)  # FlashInfer decode (CUDA cores, tensor cores through FA2 or FA3's prefill kernel), XQA
+    *TRITON_DECODE,
+)  # FlashInfer decode (CUDA cores; tensor cores through FA2's or FA3's prefill kernel), XQA,
+# chapter 22's Triton decode
+# (batch, new tokens, cached tokens) of each prefill case: one long prompt, a batch of prompts,
+# and chunked-prefill tails after a long cached prefix.
+PREFILL_CASES = ((1, 4096, 0), (8, 512, 0), (4, 512, 3584))
 
 
 def decode_runner(
@@ -58,6 +76,8 @@ def decode_runner(
     v_cache = torch.randn(shape, dtype=torch.bfloat16, device=device)
     q = torch.randn(batch_size, HEADS, HEAD_DIM, dtype=torch.bfloat16, device=device)
     workspace = torch.zeros(128 * 2**20, dtype=torch.uint8, device=device)
+    if kernel in TRITON_DECODE:
+        return triton_decode_runner(TRITON_DECODE[kernel], q, k_cache, v_cache, pages, context)
     if kernel == "xqa":
         from flashinfer.decode import xqa_batch_decode_with_kv_cache
 
@@ -97,6 +117,90 @@ def decode_runner(
     return lambda: wrapper.run(q, (k_cache, v_cache))
 
 
+def slot_table(pages: torch.Tensor, batch_size: int, page_size: int, context: int) -> torch.Tensor:
+    """minisgl's page table for requests on `pages` (in order, pages_per_req each): entry
+    [request, pos] is the pool slot of token pos."""
+    per_req = pages.view(batch_size, -1).long()
+    slots = per_req[:, :, None] * page_size + torch.arange(page_size, device=pages.device)
+    return slots.view(batch_size, -1)[:, :context].to(torch.int32).contiguous()
+
+
+def triton_decode_runner(
+    config: DecodeConfig,
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    pages: torch.Tensor,
+    context: int,
+) -> Callable[[], torch.Tensor]:
+    """Chapter 22's decode over the same NHD pages, as minisgl's pool and page table see them,
+    with the split count the engine would pick for this batch on this GPU."""
+    from minisgl.attention.triton import sm_count
+    from minisgl.kernels.paged_attention import decode_attention, num_decode_splits
+
+    batch_size, page_size = q.shape[0], k_cache.shape[1]
+    table = slot_table(pages, batch_size, page_size, context)
+    rows = torch.arange(batch_size, dtype=torch.int32, device=q.device)
+    seq_lens = torch.full((batch_size,), context, dtype=torch.int32, device=q.device)
+    splits = num_decode_splits(batch_size, KV_HEADS, sm_count(q.device), config.waves)
+    pool_k, pool_v = k_cache.flatten(0, 1), v_cache.flatten(0, 1)  # [slots, kv_heads, head_dim]
+    return lambda: decode_attention(q, pool_k, pool_v, table, rows, seq_lens, splits, config)
+
+
+def prefill_runner(
+    kernel: str, batch_size: int, extend: int, cached: int, page_size: int
+) -> Callable[[], torch.Tensor]:
+    """Causal prefill of `extend` new tokens per request after `cached` cached ones, by
+    FlashInfer ("flashinfer-prefill") or chapter 22's kernel ("triton-prefill"), over the same
+    random NHD pages."""
+    import flashinfer
+
+    from minisgl.kernels.paged_attention import prefill_attention
+
+    device = torch.device("cuda")
+    context = cached + extend
+    pages_per_req = -(-context // page_size)
+    num_pages = batch_size * pages_per_req
+    generator = torch.Generator(device="cpu").manual_seed(1)
+    pages = torch.randperm(num_pages, generator=generator).to(device, torch.int32)
+    torch.manual_seed(1)
+    shape = (num_pages, page_size, KV_HEADS, HEAD_DIM)
+    k_cache = torch.randn(shape, dtype=torch.bfloat16, device=device)
+    v_cache = torch.randn(shape, dtype=torch.bfloat16, device=device)
+    q = torch.randn(batch_size * extend, HEADS, HEAD_DIM, dtype=torch.bfloat16, device=device)
+    qo_indptr = torch.arange(0, batch_size * extend + 1, extend, dtype=torch.int32)
+    if kernel == "triton-prefill":
+        table = slot_table(pages, batch_size, page_size, context)
+        rows = torch.arange(batch_size, dtype=torch.int32, device=device)
+        seq_lens = torch.full((batch_size,), context, dtype=torch.int32, device=device)
+        cached_lens = torch.full((batch_size,), cached, dtype=torch.int32, device=device)
+        pool_k, pool_v = k_cache.flatten(0, 1), v_cache.flatten(0, 1)
+        dev_indptr = qo_indptr.to(device)
+        return lambda: prefill_attention(
+            q, pool_k, pool_v, table, rows, seq_lens, cached_lens, dev_indptr, extend
+        )
+    workspace = torch.zeros(128 * 2**20, dtype=torch.uint8, device=device)
+    wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD", backend="fa2")
+    kv_indptr = torch.arange(0, num_pages + 1, pages_per_req, dtype=torch.int32)
+    last_page_len = torch.full(
+        (batch_size,), context - (pages_per_req - 1) * page_size, dtype=torch.int32
+    )
+    wrapper.plan(
+        qo_indptr,
+        kv_indptr,
+        pages,
+        last_page_len,
+        HEADS,
+        KV_HEADS,
+        HEAD_DIM,
+        page_size,
+        causal=True,
+        q_data_type=torch.bfloat16,
+        kv_data_type=torch.bfloat16,
+    )
+    return lambda: wrapper.run(q, (k_cache, v_cache))
+
+
 def median_seconds(run: Callable[[], torch.Tensor], repeat: int, inner: int = 20) -> float:
     """Median device seconds of one `run()`, after three warm-up runs.
 
@@ -127,6 +231,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--bandwidth", type=float, default=4.8e12, help="bytes per second")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--prefill", action="store_true", help="also time prefill kernels")
     args = parser.parse_args()
     print(f"{'batch':>6}{'context':>8}  {'kernel':<30}{'us':>9}{'floor us':>9}{'TB/s':>7}")
     for batch_size in map(int, args.batch_sizes.split(",")):
@@ -138,6 +243,7 @@ def main() -> int:
                 for kernel in args.kernels.split(",")
                 for page_size in map(int, args.page_sizes.split(","))
                 for layout in args.layouts.split(",")
+                if layout == "NHD" or kernel not in TRITON_DECODE  # minisgl's pool is NHD
             ]
             references: dict[tuple[int, str], torch.Tensor] = {}
             for kernel, page_size, layout in variants:
@@ -161,6 +267,7 @@ def main() -> int:
                         args.json,
                         {
                             "benchmark": "attention_kernel",
+                            "phase": "decode",
                             "kernel": kernel,
                             "page_size": page_size,
                             "layout": layout,
@@ -171,7 +278,50 @@ def main() -> int:
                             "floor_s": floor,
                         },
                     )
+    if args.prefill:
+        time_prefill(args)
     return 0
+
+
+def time_prefill(args: argparse.Namespace) -> None:
+    """FlashInfer's and chapter 22's causal prefill at each PREFILL_CASES size and page size.
+    Prefill is bound by arithmetic, not by reading the KV cache; the floor is still reported
+    (every key and value read once) to show how far above it the work puts the kernels."""
+    for batch_size, extend, cached in PREFILL_CASES:
+        context = cached + extend
+        kv_bytes = 2 * batch_size * context * KV_HEADS * HEAD_DIM * 2
+        floor = kv_bytes / args.bandwidth
+        for page_size in map(int, args.page_sizes.split(",")):
+            reference = None
+            for kernel in ("flashinfer-prefill", "triton-prefill"):
+                run = prefill_runner(kernel, batch_size, extend, cached, page_size)
+                out = run()
+                reference = out if reference is None else reference
+                error = (out.float() - reference.float()).abs().max().item()
+                seconds = median_seconds(run, args.repeat)
+                print(
+                    f"prefill {batch_size} x {extend} after {cached}, page {page_size}: "
+                    f"{kernel:<20}{seconds * 1e6:>9.1f} us (KV floor {floor * 1e6:.1f} us)"
+                    f"  max diff {error:.2e}",
+                    flush=True,
+                )
+                if args.json:
+                    append_result(
+                        args.json,
+                        {
+                            "benchmark": "attention_kernel",
+                            "phase": "prefill",
+                            "kernel": kernel,
+                            "page_size": page_size,
+                            "layout": "NHD",
+                            "max_diff": error,
+                            "batch": batch_size,
+                            "extend": extend,
+                            "context": context,
+                            "seconds": seconds,
+                            "floor_s": floor,
+                        },
+                    )
 
 
 if __name__ == "__main__":

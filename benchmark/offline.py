@@ -6,6 +6,8 @@
     python benchmark/offline.py --workload official --model random-qwen3-0.6b \
         --dtype bfloat16 --variants minisgl,no-graphs,no-overlap,torch-backend,transformers
     python benchmark/offline.py --workload official --model random-qwen3-0.6b \
+        --dtype bfloat16 --variants minisgl,triton-backend   # chapter 22's attention
+    python benchmark/offline.py --workload official --model random-qwen3-0.6b \
         --dtype bfloat16 --tp 2                       # tensor parallel over 2 GPUs
 
 The official workload (for a GPU) is 256 requests with input and output lengths uniform in
@@ -57,6 +59,7 @@ VARIANTS: dict[str, dict[str, object]] = {
     "no-graphs": {"cuda_graph_max_bs": 0},
     "no-overlap": {"enable_overlap": False},
     "torch-backend": {"attention_backend": "torch"},
+    "triton-backend": {"attention_backend": "triton"},  # chapter 22's kernels
     "torch-kernels": {},  # chapter 19's kernels off: MINISGL_KERNELS=torch (VARIANT_ENV)
 }
 # The engine settings of upstream's official benchmark (mini-sglang 20fcd7f,

@@ -7,6 +7,7 @@
 #   benchmark/run_gpu.sh kernels,online,moe                  # chapter 19 ablation, online, MoE
 #   benchmark/run_gpu.sh profile                             # a prefill and a decode step's kernels
 #   benchmark/run_gpu.sh attention,launch                    # FlashInfer's decode alone; launch costs
+#   benchmark/run_gpu.sh paged_attention                     # chapter 22: GPU tests, Triton vs FlashInfer
 #   benchmark/run_gpu.sh tp                                  # on nvidia-h200-x2: TP=1 and TP=2
 #   benchmark/run_gpu.sh structured                          # chapter 25: the grammar mask's cost
 #   benchmark/run_gpu.sh verdict                             # the judge's GPU verdict, chapter 18
@@ -53,6 +54,13 @@ for stage in ${STAGES//,/ }; do
     attention)  # FlashInfer's decode kernel alone: KV layouts, tensor cores, the KV-read floor
       python3 benchmark/attention_kernels.py ${ATTENTION_ARGS:-} --json "$OUT/results.jsonl" \
           2>&1 | tee "$OUT/attention.log" ;;
+    paged_attention)  # chapter 22: its GPU tests, then the Triton decode (three tilings) and
+      # prefill beside FlashInfer's at Qwen3-0.6B's shapes, pages of 16 and 256, with the floor
+      python3 -m pytest tests/test_gpu_paged_attention.py -v -p no:cacheprovider --timeout 300 \
+          2>&1 | tee "$OUT/gpu_tests_paged_attention.log"
+      python3 benchmark/attention_kernels.py --kernels flashinfer,triton,triton-n32-x4,triton-n128-w8 \
+          --page-sizes 256,16 --layouts NHD --prefill ${PAGED_ATTENTION_ARGS:-} \
+          --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/paged_attention.log" ;;
     launch)  # the host's cost of each kind of launch, and of one prefill forward
       python3 benchmark/launch_costs.py --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/launch.log" ;;
     profile)  # one prefill and one decode step under torch.profiler: kernels and their time

@@ -758,6 +758,41 @@ def graph_ladder(data: dict) -> tuple[str, str]:
     return svg(width, height, body, caption), caption
 
 
+# --- chapter 22: one request's split-KV chunks and their weights in the merge -----------------
+
+
+@drawing("ch22_paged_attention.splits")
+def split_kv_chunks(data: dict) -> tuple[str, str]:
+    seq_len, bounds = data["seq_len"], data["bounds"]
+    lse, weights = data["lse"], data["weights"]
+    left, top, width, bar_h, weight_h = 20, 30, 640, 34, 90
+    scale = width / seq_len
+    title = f"one request's {seq_len} keys, cut into chunks"
+    body = [text(left, top - 12, title, 11, weight="bold")]
+    base = top + bar_h + 26 + weight_h
+    for s, ((start, end), value, weight) in enumerate(zip(bounds, lse, weights)):
+        x, w = left + start * scale, (end - start) * scale
+        color = OWNERS[s % len(OWNERS)]
+        body.append(rect(x, top, w, bar_h, color, f"split {s}: keys [{start}, {end})"))
+        body.append(text(x + w / 2, top + 14, f"[{start}, {end})", 10, "middle", fill="#ffffff"))
+        body.append(text(x + w / 2, top + 28, f"LSE {value:.2f}", 10, "middle", fill="#ffffff"))
+        h = weight * weight_h
+        body.append(rect(x + 2, base - h, max(w - 4, 2), h, color, f"weight {weight:.3f}"))
+        body.append(text(x + w / 2, base - h - 4, f"{weight:.3f}", 10, "middle"))
+    body.append(line(left, base, left + width, base))
+    body.append(
+        text(
+            left + width / 2, base + 16, "weight of each chunk's output in the merge", 11, "middle"
+        )
+    )
+    caption = (
+        f"Split-KV for one request of chapter 22's main ({seq_len} keys, {len(bounds)} splits, "
+        f"chunks rounded up to blocks of {data['block_n']} keys): each chunk's program writes "
+        "its output over the chunk alone and the chunk's log-sum-exp (top); the merge weighs "
+        "chunk s by exp(LSE_s - max LSE), normalised (bars), its share of the whole softmax. "
+        "A short last chunk holds little of the mass."
+    )
+    return svg(left + width + 20, base + 30, body, caption), caption
 # --- chapter 25: how many tokens the grammar allows at each step ------------------------------
 
 

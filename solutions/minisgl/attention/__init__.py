@@ -11,3 +11,4 @@ from .base import (
 )
 from .torch_backend import TorchAttnBackend
 from .fi import FlashInferBackend  # registers itself in ATTENTION_BACKENDS
+from .triton import TritonAttnBackend  # registers itself in ATTENTION_BACKENDS

@@ -1,0 +1,522 @@
+"""Chapter 22 tests: our Triton paged attention kernels against the torch backend, on the CPU.
+
+Triton's interpreter runs the kernels on CPU tensors (tests/conftest.py sets TRITON_INTERPRET=1
+without a GPU), exactly but slowly, so the shapes are tiny. The oracle is chapter 5's torch
+backend: the same requests, on random pages of a random pool, go through its `forward` and
+through our kernels, in float32. The cases cover every page size the course uses (1, 4, 16,
+256), query heads per KV head of 1 and more, ragged lengths, a context of one token, contexts
+that end inside a chunk and inside a block, prefills with and without a cached prefix, and
+split counts from 1 to more chunks than keys. The split-KV partials are checked on their own
+(each chunk's normalised output and log-sum-exp), and so is the merge. The backend is checked
+field by field, its step path under chapter 17's `HostSyncGuard`, its graph buffers under
+chapter 18's `FakeGraph`; last, engines generate the torch backend's greedy tokens.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"  # before minisgl.kernels imports triton's jit
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from conftest import TINY_MODELS, greedy, guarded_llm, hf_greedy_cached, require_model
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_ch17_gpu_attention import HostSyncGuard, prompts
+from test_ch18_cuda_graph import FakeGraph
+from test_ch19_kernels import make_reqs, paged_table
+
+from minisgl.attention import ATTENTION_BACKENDS, TorchAttnBackend
+from minisgl.attention.triton import TritonAttnBackend, TritonAttnMetadata
+from minisgl.core import Batch
+from minisgl.engine import graph as graph_module
+from minisgl.engine.graph import GraphRunner
+from minisgl.kernels import paged_attention
+from minisgl.kernels.paged_attention import (
+    MAX_SPLITS,
+    MIN_DOT,
+    decode_attention,
+    decode_partials,
+    merge_partials,
+    num_decode_splits,
+    prefill_attention,
+)
+from minisgl.kvcache import MHAKVCache
+
+QWEN3 = TINY_MODELS["qwen3"]
+PAGE_SIZES = [1, 4, 16, 256]  # the course's: chapters 4-10 (1, 4), 17 (16), the benchmark (256)
+BLOCK_N = paged_attention.DEFAULT_DECODE.block_n
+ATOL = 2e-5  # float32: the kernels sum in another order than torch's softmax
+
+
+class PagedKV:
+    """A one-layer pool of random K/V and a page table over it, for requests given as
+    (row, cached_len, device_len) ledgers."""
+
+    def __init__(
+        self, ledgers: list[tuple[int, int, int]], kv_heads: int, head_dim: int, page_size: int
+    ) -> None:
+        seed = sum(map(sum, ledgers)) + page_size
+        rows = max(row for row, _, _ in ledgers) + 1
+        row_len = -(-max(device for _, _, device in ledgers) // page_size) * page_size
+        self.table = paged_table(rows, row_len, page_size, seed)
+        num_slots = int(self.table.max()) + 1 + page_size
+        self.pool = MHAKVCache(num_slots, 1, kv_heads, head_dim, torch.float32, torch.device("cpu"))
+        gen = torch.Generator().manual_seed(seed)
+        self.pool.k_cache(0).copy_(torch.randn(num_slots, kv_heads, head_dim, generator=gen))
+        self.pool.v_cache(0).copy_(torch.randn(num_slots, kv_heads, head_dim, generator=gen))
+        self.reqs = make_reqs(ledgers)
+
+    def batch(self, phase: str) -> Batch:
+        """The requests' new tokens as a batch: out_loc is their slots (the pool already holds
+        their K/V, so storing them again changes nothing)."""
+        batch = Batch(self.reqs, phase)
+        batch.out_loc = torch.cat(
+            [self.table[r.table_idx, r.cached_len : r.device_len] for r in self.reqs]
+        )
+        return batch
+
+    def new_kv(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        slots = batch.out_loc.long()
+        return self.pool.k_cache(0)[slots], self.pool.v_cache(0)[slots]
+
+    def queries(self, heads: int, head_dim: int) -> torch.Tensor:
+        tokens = sum(r.extend_len for r in self.reqs)
+        return torch.randn(tokens, heads, head_dim, generator=torch.Generator().manual_seed(7))
+
+    def torch_attention(self, q: torch.Tensor, phase: str) -> torch.Tensor:
+        """Chapter 5's torch backend on the same batch: the oracle."""
+        backend, batch = TorchAttnBackend(self.pool, self.table), self.batch(phase)
+        backend.prepare_metadata(batch)
+        return backend.forward(q, *self.new_kv(batch), 0, batch)
+
+    def device_lists(self) -> dict[str, torch.Tensor]:
+        """rows, seq_lens, cached_lens, qo_indptr as the kernels read them (int32)."""
+        extends = [r.extend_len for r in self.reqs]
+        as_int32 = lambda values: torch.tensor(values, dtype=torch.int32)  # noqa: E731
+        return {
+            "rows": as_int32([r.table_idx for r in self.reqs]),
+            "seq_lens": as_int32([r.device_len for r in self.reqs]),
+            "cached_lens": as_int32([r.cached_len for r in self.reqs]),
+            "qo_indptr": as_int32([0] + torch.tensor(extends).cumsum(0).tolist()),
+        }
+
+    def decode(self, q: torch.Tensor, num_splits: int) -> torch.Tensor:
+        lists = self.device_lists()
+        k_cache, v_cache = self.pool.k_cache(0), self.pool.v_cache(0)
+        return decode_attention(
+            q, k_cache, v_cache, self.table, lists["rows"], lists["seq_lens"], num_splits
+        )
+
+    def prefill(self, q: torch.Tensor) -> torch.Tensor:
+        lists = self.device_lists()
+        max_extend = max(r.extend_len for r in self.reqs)
+        k_cache, v_cache = self.pool.k_cache(0), self.pool.v_cache(0)
+        return prefill_attention(
+            q, k_cache, v_cache, self.table, **lists, max_extend_len=max_extend
+        )
+
+
+def decode_ledgers(seq_lens: list[int]) -> list[tuple[int, int, int]]:
+    """Decoding requests of these lengths on rows 1, 3, 5, ... (row order != batch order)."""
+    return [(2 * i + 1, n - 1, n) for i, n in enumerate(seq_lens)][::-1]
+
+
+def assert_close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    assert got.shape == want.shape and got.dtype == want.dtype, f"{what}: shape or dtype"
+    error = (got - want).abs().max().item()
+    assert error <= ATOL, f"{what}: max difference {error:.2e} from the torch backend"
+
+
+# ----- decode ----------------------------------------------------------------------------------
+
+DECODE_CASES = {
+    # name: (query heads, KV heads, head_dim, context lengths, splits)
+    "one token, one split": (2, 2, 8, [1], 1),
+    "one token, more chunks than keys": (4, 2, 8, [1, 2], 5),
+    "MHA, a context ending inside a block": (3, 3, 12, [BLOCK_N + 5, 9], 1),
+    "GQA 4/1 over three chunks, ending inside one": (4, 1, 16, [2 * BLOCK_N + 7, 33, 3], 3),
+    "GQA 3/1, head_dim not a power of two": (3, 1, 20, [70, 1, 130], 2),
+}
+
+
+@pytest.mark.parametrize("page_size", PAGE_SIZES)
+@pytest.mark.parametrize("case", sorted(DECODE_CASES))
+def test_decode_matches_the_torch_backend(case: str, page_size: int) -> None:
+    heads, kv_heads, head_dim, seq_lens, splits = DECODE_CASES[case]
+    kv = PagedKV(decode_ledgers(seq_lens), kv_heads, head_dim, page_size)
+    q = kv.queries(heads, head_dim)
+    assert_close(kv.decode(q, splits), kv.torch_attention(q, "decode"), case)
+
+
+@settings(max_examples=12)
+@given(
+    seq_lens=st.lists(st.integers(1, 3 * BLOCK_N), min_size=1, max_size=4),
+    group=st.sampled_from([1, 2, 3]),
+    kv_heads=st.integers(1, 2),
+    head_dim=st.sampled_from([4, 16, 24]),
+    page_size=st.sampled_from(PAGE_SIZES),
+    splits=st.integers(1, 6),
+)
+def test_decode_matches_the_torch_backend_on_ragged_batches(
+    seq_lens, group, kv_heads, head_dim, page_size, splits
+):
+    kv = PagedKV(decode_ledgers(seq_lens), kv_heads, head_dim, page_size)
+    q = kv.queries(group * kv_heads, head_dim)
+    assert_close(kv.decode(q, splits), kv.torch_attention(q, "decode"), f"{splits} splits")
+
+
+def test_every_split_count_gives_the_same_output() -> None:
+    kv = PagedKV(decode_ledgers([3 * BLOCK_N + 1, 40]), 2, 8, page_size=16)
+    q = kv.queries(4, 8)
+    whole = kv.decode(q, 1)
+    for splits in (2, 4, 7, MAX_SPLITS):
+        assert_close(kv.decode(q, splits), whole, f"{splits} splits against 1")
+
+
+def chunk_bounds(seq_len: int, splits: int) -> list[tuple[int, int]]:
+    """The documented chunks: ceil(seq_len / splits) rounded up to BLOCK_N tokens each."""
+    chunk = -(-(-(-seq_len // splits)) // BLOCK_N) * BLOCK_N
+    return [(min(s * chunk, seq_len), min((s + 1) * chunk, seq_len)) for s in range(splits)]
+
+
+@pytest.mark.parametrize(
+    "seq_lens, splits",
+    [
+        ([2 * BLOCK_N + 3, 5], 4),  # chunks of one block, the last one short; empty chunks
+        ([2 * BLOCK_N, 4 * BLOCK_N + 1], 2),  # a share of exactly one block: no rounding up
+    ],
+)
+def test_each_split_writes_its_chunks_softmax_and_log_sum_exp(seq_lens, splits) -> None:
+    """The partials decode_kernel hands to the merge, against torch on each chunk: the output
+    normalised over the chunk alone and the chunk's LSE; an empty chunk writes zeros, -inf."""
+    heads, kv_heads, head_dim = 4, 2, 12
+    kv = PagedKV(decode_ledgers(seq_lens), kv_heads, head_dim, page_size=4)
+    q = kv.queries(heads, head_dim)
+    lists = kv.device_lists()
+    pools = kv.pool.k_cache(0), kv.pool.v_cache(0)
+    partial_out, partial_lse = decode_partials(
+        q, *pools, kv.table, lists["rows"], lists["seq_lens"], splits
+    )
+    group = heads // kv_heads
+    for b, req in enumerate(kv.reqs):
+        slots = kv.table[req.table_idx, : req.device_len].long()
+        keys = kv.pool.k_cache(0)[slots].repeat_interleave(group, dim=1)  # [n, heads, dim]
+        values = kv.pool.v_cache(0)[slots].repeat_interleave(group, dim=1)
+        scores = torch.einsum("hd,nhd->hn", q[b], keys) * head_dim**-0.5
+        for s, (start, end) in enumerate(chunk_bounds(req.device_len, splits)):
+            where = f"request {b} (length {req.device_len}), split {s} = [{start}, {end})"
+            if start == end:
+                assert torch.equal(partial_lse[b, :, s], torch.full((heads,), -torch.inf)), where
+                assert not partial_out[b, :, s].any(), f"{where}: an empty chunk writes zeros"
+                continue
+            lse = scores[:, start:end].logsumexp(-1)
+            out = torch.einsum("hn,nhd->hd", scores[:, start:end].softmax(-1), values[start:end])
+            assert (partial_lse[b, :, s] - lse).abs().max() <= ATOL, f"{where}: LSE"
+            assert (partial_out[b, :, s, :head_dim] - out).abs().max() <= ATOL, f"{where}: out"
+
+
+# ----- the merge -------------------------------------------------------------------------------
+
+
+def chunked_partials(
+    scores: torch.Tensor, values: torch.Tensor, bounds: list[tuple[int, int]], block_dim: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Partials as decode_kernel writes them, computed by torch: [heads, splits, block_dim]
+    outputs over each chunk alone (zeros when empty) and [heads, splits] LSEs (-inf)."""
+    heads, head_dim = scores.shape[0], values.shape[-1]
+    out = torch.zeros(heads, len(bounds), block_dim)
+    lse = torch.full((heads, len(bounds)), -torch.inf)
+    for s, (start, end) in enumerate(bounds):
+        if start < end:
+            out[:, s, :head_dim] = scores[:, start:end].softmax(-1) @ values[start:end]
+            lse[:, s] = scores[:, start:end].logsumexp(-1)
+    return out, lse
+
+
+@pytest.mark.parametrize(
+    "bounds",
+    [
+        [(0, 9)],  # one split: the merge copies it
+        [(0, 4), (4, 9)],
+        [(0, 3), (3, 3), (3, 9), (9, 9)],  # empty chunks, in the middle and at the end
+        [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 9)],  # six: a block of 8 splits, masked
+    ],
+)
+def test_the_merge_weighs_partials_by_their_log_sum_exp(bounds) -> None:
+    heads, head_dim, block_dim = 3, 6, MIN_DOT
+    gen = torch.Generator().manual_seed(len(bounds))
+    scores = torch.randn(2, heads, 9, generator=gen) * 4  # two requests
+    values = torch.randn(2, 9, head_dim, generator=gen)
+    parts = [chunked_partials(scores[b], values[b], bounds, block_dim) for b in range(2)]
+    partial_out = torch.stack([p[0] for p in parts])
+    partial_lse = torch.stack([p[1] for p in parts])
+    out = torch.full((2, heads, head_dim), 7.0)
+    merge_partials(partial_out, partial_lse, out)
+    want = scores.softmax(-1) @ values
+    error = (out - want).abs().max().item()
+    assert error <= ATOL, f"merged {len(bounds)} partials differ from one softmax by {error:.2e}"
+
+
+def test_the_merge_ignores_what_an_empty_chunk_holds_and_a_row_without_keys_is_zero() -> None:
+    scores = torch.randn(2, 5, generator=torch.Generator().manual_seed(3))
+    values = torch.randn(5, 4, generator=torch.Generator().manual_seed(4))
+    partial_out, partial_lse = chunked_partials(scores, values, [(0, 2), (2, 2), (2, 5)], 16)
+    partial_out[:, 1] = 1e6  # the chunk is empty: its LSE is -inf, whatever its output says
+    padding_out = torch.full((2, 3, 16), 5.0)  # a padding row of a graph: every chunk empty
+    padding_lse = torch.full((2, 3), -torch.inf)
+    out = torch.full((2, 2, 4), 7.0)
+    merge_partials(
+        torch.stack([partial_out, padding_out]), torch.stack([partial_lse, padding_lse]), out
+    )
+    assert (out[0] - scores.softmax(-1) @ values).abs().max() <= ATOL
+    assert torch.equal(out[1], torch.zeros(2, 4)), "a request with no keys must give zeros"
+
+
+# ----- prefill ---------------------------------------------------------------------------------
+
+PREFILL_CASES = {
+    # name: (query heads, KV heads, head_dim, (cached_len, device_len) of each request)
+    "no prefix, one token": (2, 1, 8, [(0, 1)]),
+    "no prefix and a prefix, ragged": (4, 2, 12, [(0, 9), (5, 6), (17, 30)]),
+    "MHA, more new tokens than a program's block": (2, 2, 16, [(3, 3 + 70), (0, 2)]),
+    "GQA 3/1, a long prefix and a short extend": (3, 1, 20, [(150, 153), (0, 40)]),
+}
+
+
+@pytest.mark.parametrize("page_size", PAGE_SIZES)
+@pytest.mark.parametrize("case", sorted(PREFILL_CASES))
+def test_prefill_matches_the_torch_backend(case: str, page_size: int) -> None:
+    heads, kv_heads, head_dim, lengths = PREFILL_CASES[case]
+    ledgers = [(2 * i + 1, cached, device) for i, (cached, device) in enumerate(lengths)][::-1]
+    kv = PagedKV(ledgers, kv_heads, head_dim, page_size)
+    q = kv.queries(heads, head_dim)
+    assert_close(kv.prefill(q), kv.torch_attention(q, "prefill"), case)
+
+
+@settings(max_examples=10)
+@given(
+    lengths=st.lists(
+        st.tuples(st.integers(0, 40), st.integers(1, 20)), min_size=1, max_size=3
+    ),  # (cached_len, extend_len)
+    group=st.sampled_from([1, 2]),
+    page_size=st.sampled_from(PAGE_SIZES),
+)
+def test_prefill_matches_the_torch_backend_on_ragged_batches(lengths, group, page_size):
+    ledgers = [(i, cached, cached + n) for i, (cached, n) in enumerate(lengths)]
+    kv = PagedKV(ledgers, 2, 8, page_size)
+    q = kv.queries(2 * group, 8)
+    assert_close(kv.prefill(q), kv.torch_attention(q, "prefill"), "prefill")
+
+
+# ----- how many splits -------------------------------------------------------------------------
+
+
+def test_splits_fill_the_gpu_twice_over_and_stay_within_bounds() -> None:
+    # H200: 132 SMs; Qwen3-0.6B: 8 KV heads
+    assert num_decode_splits(1, 8, 132) == MAX_SPLITS  # ceil(264 / 8) = 33, capped
+    assert num_decode_splits(4, 8, 132) == 9  # ceil(264 / 32)
+    assert num_decode_splits(16, 8, 132) == 3  # ceil(264 / 128)
+    assert num_decode_splits(33, 8, 132) == 1  # 264 programs already
+    assert num_decode_splits(256, 8, 132) == 1
+    assert num_decode_splits(8, 2, 4, waves=4) == 1
+    assert num_decode_splits(3, 1, 10, waves=1) == 4
+    for batch in range(1, 300, 7):
+        splits = num_decode_splits(batch, 8, 132)
+        assert 1 <= splits <= MAX_SPLITS
+        assert splits == MAX_SPLITS or batch * 8 * splits >= 264, "fewer programs than 2 per SM"
+
+
+# ----- the backend -----------------------------------------------------------------------------
+
+
+class Launches:
+    """The kernels of paged_attention, watched: each launch's grid is recorded, and runs as
+    library code (the interpreter's own host work is not the step's); so is each copy."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.grids: dict[str, list[tuple[int, ...]]] = {}
+        self.copies: list[torch.dtype] = []
+        for name in ("decode_kernel", "merge_kernel", "prefill_kernel"):
+            monkeypatch.setattr(paged_attention, name, self.watched(name))
+        from minisgl.attention import triton as backend_module
+
+        real_copy = backend_module.make_device_tensor
+
+        def copy(data: Any, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+            self.copies.append(dtype)
+            return real_copy(data, dtype, device)
+
+        monkeypatch.setattr(backend_module, "make_device_tensor", copy)
+
+    def watched(self, name: str) -> Any:
+        kernel, grids = getattr(paged_attention, name), self.grids.setdefault(name, [])
+
+        class Watched:
+            def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., None]:
+                def launch(*args: Any, **kwargs: Any) -> None:
+                    grids.append(tuple(grid))
+                    with HostSyncGuard.library():
+                        kernel[grid](*args, **kwargs)
+
+                return launch
+
+        return Watched()
+
+
+def backend_for(kv: PagedKV, kv_heads: int) -> TritonAttnBackend:
+    return TritonAttnBackend(kv.pool, kv.table, kv_heads)
+
+
+def test_prepare_metadata_fills_every_field_in_one_copy(monkeypatch) -> None:
+    ledgers = [(3, 10, 14), (0, 0, 6), (5, 2, 3)]  # (row, cached_len, device_len)
+    kv = PagedKV(ledgers, 2, 8, page_size=4)
+    launches = Launches(monkeypatch)
+    backend, batch = backend_for(kv, 2), kv.batch("prefill")
+    with HostSyncGuard("prepare_metadata", fatal=True):
+        backend.prepare_metadata(batch)
+    meta = batch.attn_metadata
+    assert isinstance(meta, TritonAttnMetadata)
+    assert launches.copies == [torch.int32], f"host-to-device copies: {launches.copies}"
+    expected = {
+        "rows": [3, 0, 5],
+        "seq_lens": [14, 6, 3],
+        "cached_lens": [10, 0, 2],
+        "qo_indptr": [0, 4, 10, 11],
+    }
+    for name, values in expected.items():
+        tensor = getattr(meta, name)
+        assert tensor.dtype == torch.int32, f"{name} must be int32, as the kernels read it"
+        assert tensor.tolist() == values, f"{name}"
+    assert meta.last_indices.dtype == torch.int64 and meta.last_indices.tolist() == [3, 9, 10]
+    assert meta.max_extend_len == 6
+    assert meta.num_splits == num_decode_splits(3, 2, backend.sm_count)
+    decode = Batch(make_reqs([(1, 7, 8), (2, 0, 1)]), "decode")
+    backend.prepare_metadata(decode)
+    assert decode.attn_metadata.num_splits == num_decode_splits(2, 2, backend.sm_count)
+    assert decode.attn_metadata.max_extend_len == 1
+    assert decode.attn_metadata.last_indices.tolist() == [0, 1]
+
+
+FORWARD_CASES = {
+    # name: (phase, (cached_len, device_len) of each request)
+    "prefill": ("prefill", [(0, 9), (4, 5), (30, 37)]),
+    "prefill of one token each": ("prefill", [(8, 9), (0, 1), (36, 37)]),  # after prefix hits
+    "decode": ("decode", [(8, 9), (0, 1), (36, 37)]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FORWARD_CASES))
+def test_forward_stores_then_attends_with_one_launch_per_kernel(monkeypatch, case) -> None:
+    """forward stores the new K/V first (a zeroed slot must be filled before the kernels read
+    it), runs the phase's kernels on their documented grids (a prefill batch runs the prefill
+    kernel, even when each request computes one token), never waits for the device."""
+    phase, lengths = FORWARD_CASES[case]
+    ledgers = [(2 * i, cached, device) for i, (cached, device) in enumerate(lengths)]
+    kv = PagedKV(ledgers, 1, 8, page_size=16)
+    q = kv.queries(3, 8)
+    want = kv.torch_attention(q, phase)
+    batch = kv.batch(phase)
+    k, v = kv.new_kv(batch)
+    kv.pool.k_cache(0)[batch.out_loc.long()] = 0.0  # forward must store them back
+    kv.pool.v_cache(0)[batch.out_loc.long()] = 0.0
+    launches = Launches(monkeypatch)
+    backend = backend_for(kv, 1)
+    with HostSyncGuard(f"a {phase} step", fatal=True):
+        backend.prepare_metadata(batch)
+        got = backend.forward(q, k, v, 0, batch)
+    assert_close(got, want, phase)
+    if phase == "decode":
+        splits = batch.attn_metadata.num_splits
+        assert launches.grids == {
+            "decode_kernel": [(3, 1, splits)],
+            "merge_kernel": [(3, 3)],
+            "prefill_kernel": [],
+        }
+    else:
+        assert launches.grids["prefill_kernel"] == [(3, 3, 1)], "one prefill launch"
+        assert launches.grids["decode_kernel"] == [] and launches.grids["merge_kernel"] == []
+
+
+def test_a_graph_batch_is_written_into_fixed_buffers_with_padding_rows_of_no_keys() -> None:
+    kv = PagedKV([(1, 12, 13), (4, 2, 3), (2, 40, 41)], 2, 8, page_size=4)
+    backend = backend_for(kv, 2)
+    backend.init_cuda_graph(8)
+    captured = Batch([], "decode")  # what the graph of 4 rows is captured with
+    backend.prepare_for_graph(captured, 4, pad_page=0)
+    batch = kv.batch("decode")
+    backend.prepare_for_graph(batch, 4, pad_page=0)
+    meta, fixed = batch.attn_metadata, captured.attn_metadata
+    for name in ("rows", "seq_lens", "cached_lens", "qo_indptr", "last_indices"):
+        got, bound = getattr(meta, name), getattr(fixed, name)
+        assert got.data_ptr() == bound.data_ptr() and got.shape == bound.shape, (
+            f"{name} must be the same fixed tensor at capture and at replay"
+        )
+    assert fixed.rows.tolist() == [1, 4, 2, 0] and fixed.seq_lens.tolist() == [13, 3, 41, 0]
+    assert fixed.cached_lens.tolist() == [12, 2, 40, 0]
+    assert fixed.last_indices.tolist() == [0, 1, 2, 3]
+    assert fixed.qo_indptr.tolist() == [0, 1, 2, 3, 4]
+    assert meta.num_splits == fixed.num_splits == num_decode_splits(4, 2, backend.sm_count)
+    # A replay: the captured metadata, the batch's rows, then a padding row on a spare slot.
+    replay = Batch([], "decode")
+    replay.attn_metadata = fixed
+    replay.out_loc = torch.cat([batch.out_loc, torch.tensor([kv.pool.num_slots - 1])])
+    k, v = (torch.cat([t, torch.randn(1, 2, 8)]) for t in kv.new_kv(batch))
+    q = torch.cat([kv.queries(4, 8), torch.randn(1, 4, 8)])
+    out = backend.forward(q, k, v, 0, replay)
+    assert_close(out[:3], kv.torch_attention(q[:3], "decode"), "the real rows")
+    assert torch.equal(out[3], torch.zeros(4, 8)), "a padding row reads no key: zeros"
+    smaller = Batch(make_reqs([(6, 4, 5)]), "decode")
+    backend.prepare_for_graph(smaller, 4, pad_page=0)
+    assert fixed.rows.tolist() == [6, 0, 0, 0] and fixed.seq_lens.tolist() == [5, 0, 0, 0], (
+        "a smaller batch must turn the rows of the larger one before it into padding"
+    )
+
+
+# ----- the engine ------------------------------------------------------------------------------
+
+
+def engine_tokens(backend: str, page_size: int, graph_max_bs: int = 0) -> list[list[int]]:
+    """Greedy tokens of 5 requests (two sharing a prefix), some chunked, with `backend`."""
+    llm = guarded_llm(
+        require_model(QWEN3),
+        device="cpu",  # the interpreter's home, even where there is a GPU
+        attention_backend=backend,
+        page_size=page_size,
+        num_pages=1024 // page_size,
+        max_running_req=4,
+        max_extend_tokens=32,  # chunked prefills: a cached prefix of the request's own
+        cuda_graph_max_bs=graph_max_bs,
+        show_progress=False,
+    )
+    with llm:
+        outs = llm.generate(PROMPTS, [greedy(3 + i % 3) for i in range(len(PROMPTS))])
+        if graph_max_bs:
+            assert isinstance(llm.scheduler.engine.runner, GraphRunner)
+            replays = sum(g.replays for g in llm.scheduler.engine.runner.graphs.values())
+            assert replays > 0, "no decode step replayed a graph"
+    return [out["token_ids"] for out in outs]
+
+
+PROMPTS = prompts(5, seed=22)
+
+
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_the_engine_on_triton_gives_the_torch_backends_greedy_tokens(page_size) -> None:
+    assert "triton" in ATTENTION_BACKENDS
+    tokens = engine_tokens("triton", page_size)
+    assert tokens == engine_tokens("torch", page_size)
+    assert tokens[0] == hf_greedy_cached(QWEN3, PROMPTS[0], len(tokens[0])), "transformers"
+
+
+def test_decode_graphs_on_triton_give_the_eager_tokens(monkeypatch) -> None:
+    """Chapter 18's graphs over the triton backend, with FakeGraph for CUDA graphs: a replay
+    sees only what the capture bound, so a batch not written into the fixed buffers would
+    decode the captured one."""
+    monkeypatch.setattr(graph_module, "graph_max_batch_size", lambda e: e.config.cuda_graph_max_bs)
+    monkeypatch.setattr(GraphRunner, "graph_type", FakeGraph)
+    assert engine_tokens("triton", 4, graph_max_bs=4) == engine_tokens("torch", 4)
