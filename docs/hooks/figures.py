@@ -793,6 +793,8 @@ def split_kv_chunks(data: dict) -> tuple[str, str]:
         "A short last chunk holds little of the mass."
     )
     return svg(left + width + 20, base + 30, body, caption), caption
+
+
 # --- chapter 25: how many tokens the grammar allows at each step ------------------------------
 
 
