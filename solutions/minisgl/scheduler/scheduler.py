@@ -290,7 +290,8 @@ class Scheduler:
         its token (`append_host`), ask `_finish_reason`, and report a TokenOutput. A finished
         request leaves the running set and `_free_req_resources` gives back its row and KV; a
         request that goes on after its prompt (one of `forward_input.prompts`) has the prompt
-        cached (`cache_req`, finished=False). Afterwards `finished_reqs` holds exactly this round's finishers.
+        cached (`cache_req`, finished=False). Afterwards `finished_reqs` holds exactly this
+        round's finishers.
         """
         if data is None:
             return []

@@ -143,9 +143,20 @@ class PrefillManager:
                 return self.pending_list.pop(i)
         return None
 
+    def new_adder(self, prefill_budget: int) -> PrefillAdder:
+        """The adder of one batch: `prefill_budget` prompt tokens, and room for everything the
+        running requests may still need. (Chapter 23's optimistic admission returns another.)"""
+        return PrefillAdder(
+            self.cache_manager,
+            self.table_manager,
+            prefill_budget,
+            self.decode_manager.inflight_tokens,
+        )
+
     def schedule_next_batch(self, prefill_budget: int) -> Batch | None:
         """Admit waiting requests in arrival order until one does not fit.
 
+        The batch's PrefillAdder comes from `new_adder(prefill_budget)`.
         A chunked request stays at the head of the queue until its last chunk is admitted.
 
         Admission stops at the first request that must wait, even if a smaller one behind it
