@@ -38,14 +38,14 @@ ROOT = Path(__file__).resolve().parent.parent if "__file__" in globals() else Pa
 MODEL = os.environ.get("MINISGL_MODEL", str(ROOT / "models" / "SmolLM2-135M-Instruct"))
 BUDGET = 96
 
+# A long prompt: a timetable of 20 trains, then a question about it.
 LONG_PROMPT = (
-    " ".join(
-        f"Fact {i}: the {color} box holds {i * 7 % 13} marbles."
-        for i, color in enumerate(
-            ["red", "blue", "green", "yellow", "white", "black", "orange", "purple"] * 3
-        )
+    "Timetable. "
+    + " ".join(
+        f"Train {n} leaves platform {n % 7 + 1} at {8 + n // 3}:{n * 11 % 60:02d}."
+        for n in range(20)
     )
-    + " Question: which box holds the most marbles? Answer:"
+    + " Question: which train leaves first from platform 3? Answer: Train"
 )
 SHORT_PROMPTS = ["Once upon a time", "The best way to learn is"]
 TIGHT_PROMPTS = [

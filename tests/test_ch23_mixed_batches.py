@@ -288,8 +288,11 @@ def test_make_room_preempts_newest_first_until_the_decode_step_fits() -> None:
     scheduler.step()
     running = list(scheduler.decode_manager.running_reqs.values())
     assert preemptor.make_room(running) == running, "room enough: nobody is preempted"
-    assert preemptor.preemptions == 0
     free = cm.num_free_pages
+    cm.free_slots, spare = cm.free_slots[:4], cm.free_slots[4:]
+    assert preemptor.make_room(running) == running, "4 pages for 4 new tokens: it fits exactly"
+    cm.free_slots = torch.cat([cm.free_slots, spare])
+    assert preemptor.preemptions == 0
     cm.free_slots, spare = cm.free_slots[:2], cm.free_slots[2:]  # only 2 of 4 pages left
     kept = preemptor.make_room(running)
     freed = cm.num_free_pages - 2

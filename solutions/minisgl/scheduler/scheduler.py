@@ -48,7 +48,7 @@ class ForwardInput(NamedTuple):
 
 
 ForwardData = tuple[ForwardInput, ForwardOutput]  # a launched batch and what it sampled
-BatchPicker = Callable[[], "Batch | None"]
+BatchPicker = Callable[[], Batch | None]  # the next batch, or None when there is none
 
 # How a scheduler picks each step's requests: `Scheduler._pick_batch` below, unless a later
 # chapter's policy takes over. Each function registered here gets the new scheduler and its

@@ -48,7 +48,7 @@ class ForwardInput(NamedTuple):
 
 
 ForwardData = tuple[ForwardInput, ForwardOutput]  # a launched batch and what it sampled
-BatchPicker = Callable[[], "Batch | None"]
+BatchPicker = Callable[[], Batch | None]  # the next batch, or None when there is none
 
 # How a scheduler picks each step's requests: `Scheduler._pick_batch` below, unless a later
 # chapter's policy takes over. Each function registered here gets the new scheduler and its
@@ -239,7 +239,8 @@ class Scheduler:
         its token (`append_host`), ask `_finish_reason`, and report a TokenOutput. A finished
         request leaves the running set and `_free_req_resources` gives back its row and KV; a
         request that goes on after its prompt (one of `forward_input.prompts`) has the prompt
-        cached (`cache_req`, finished=False). Afterwards `finished_reqs` holds exactly this round's finishers.
+        cached (`cache_req`, finished=False). Afterwards `finished_reqs` holds exactly this
+        round's finishers.
         """
         raise NotImplementedError("ch07: Append sampled tokens, finish requests at EOS or max_tokens, free or cache their KV.")
 

@@ -49,7 +49,7 @@ class StepPolicy:
         return Batch(reqs, "decode") if reqs else None
 
     def mixed_batch(self) -> Batch | None:
-        """Every running request's next token first, then prompt chunks in the rest of the budget.
+        """Batch every running request's next token, then prompt chunks in the rest of the budget.
 
         The decode part is the running requests in admission order, after the preemptor (if
         any) made room for them (`make_room`). The prefill manager then admits waiting requests
@@ -58,7 +58,7 @@ class StepPolicy:
         "prefill" batch (the attention's extend path) of the decode requests followed by the
         admitted prompts and chunks.
         """
-        raise NotImplementedError("ch23: Every running request's next token first, then prompt chunks in the rest of the budget.")
+        raise NotImplementedError("ch23: Batch every running request's next token, then prompt chunks in the rest of the budget.")
 
 
 def step_policy(scheduler: Scheduler, inner: BatchPicker) -> BatchPicker:

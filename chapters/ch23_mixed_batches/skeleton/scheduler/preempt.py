@@ -44,21 +44,23 @@ class ResumedReq(PendingReq):
 
 
 def resume(req: Req) -> ResumedReq:
-    """The queue entry that recomputes a preempted request from its host-side tokens.
+    """Build the queue entry that recomputes a preempted request from its host-side tokens.
 
     Its prompt is `req.input_ids` (the prompt and the tokens the CPU has seen; with overlap, a
     token still in flight is not among them: it is dropped and sampled again). It keeps the
     uid and the sampling parameters, holds nothing (no chunk), and its `remaining` keeps the
     request's end where it was: len(prompt) + remaining == req.max_device_len.
     """
-    raise NotImplementedError("ch23: The queue entry that recomputes a preempted request from its host-side tokens.")
+    raise NotImplementedError("ch23: Build the queue entry that recomputes a preempted request from its host-side tokens.")
 
 
 def pages_needed(reqs: list[Req], page_size: int) -> int:
-    """Pages the next forward of `reqs` allocates: for each, the pages from where its cached
-    tokens end (`ceil(cached_len / page)`) up to where its new tokens end
-    (`ceil(device_len / page)`), exactly what `CacheManager.allocate_paged` takes."""
-    raise NotImplementedError("ch23: Pages the next forward of `reqs` allocates: for each, the pages from where its cached")
+    """Count the pages the next forward of `reqs` allocates.
+
+    For each request, the pages from where its cached tokens end (`ceil(cached_len / page)`)
+    up to where its new tokens end (`ceil(device_len / page)`): exactly what
+    `CacheManager.allocate_paged` takes."""
+    raise NotImplementedError("ch23: Count the pages the next forward of `reqs` allocates.")
 
 
 class OptimisticAdder(PrefillAdder):
@@ -67,27 +69,32 @@ class OptimisticAdder(PrefillAdder):
     its next token may open)."""
 
     def worst_case_tokens(self, pending_req: PendingReq, cached_len: int) -> int:
-        """What optimistic admission reserves: the prompt from what the request holds, plus one
-        page (the rounding up of its last page, or the page its first output token opens),
-        and nothing for the rest of the output."""
-        raise NotImplementedError("ch23: What optimistic admission reserves: the prompt from what the request holds, plus one")
+        """Reserve the prompt the request does not hold yet and one page, not its output.
+
+        What it holds is `cached_len` rounded up to whole pages; the page covers the rounding
+        up of its last prompt page, or the page its first output token opens. The rest of the
+        output is found when it is needed, by preempting if need be."""
+        raise NotImplementedError("ch23: Reserve the prompt the request does not hold yet and one page, not its output.")
 
 
 class OptimisticPrefillManager(PrefillManager):
     """The waiting queue with optimistic admission, and a way back in for preempted requests."""
 
     def new_adder(self, prefill_budget: int) -> PrefillAdder:
-        """An OptimisticAdder, unless a preempted request heads the queue: then chapter 8's
-        conservative adder, so that it comes back with its worst case reserved.
+        """Make an OptimisticAdder, or chapter 8's adder if a preempted request heads the queue.
 
-        The optimistic adder reserves a page per running request (`page_size *
-        len(running_reqs)`), where the conservative one reserves their worst case."""
-        raise NotImplementedError("ch23: An OptimisticAdder, unless a preempted request heads the queue: then chapter 8's")
+        A ResumedReq at the head comes back with its worst case reserved beside the running
+        requests' worst case (`super().new_adder`). Otherwise the OptimisticAdder reserves
+        one page per running request (`page_size * len(running_reqs)`), the page its next
+        token may open."""
+        raise NotImplementedError("ch23: Make an OptimisticAdder, or chapter 8's adder if a preempted request heads the queue.")
 
     def requeue(self, resumed: ResumedReq) -> None:
-        """Put a preempted request at the front of the queue, behind a prompt half-way through
-        its chunks (which keeps the head until its last chunk, as chapter 10 requires)."""
-        raise NotImplementedError("ch23: Put a preempted request at the front of the queue, behind a prompt half-way through")
+        """Put a preempted request at the front of the queue.
+
+        At index 0, or at index 1 behind a head whose `chunked_req` is set: a prompt half-way
+        through its chunks keeps the head until its last chunk (chapter 10)."""
+        raise NotImplementedError("ch23: Put a preempted request at the front of the queue.")
 
 
 class Preemptor:
@@ -101,19 +108,22 @@ class Preemptor:
         self.preemptions = 0  # since the start, for the stats
 
     def make_room(self, reqs: list[Req]) -> list[Req]:
-        """Preempt until the decode step of `reqs` fits; return the requests that stay, in order.
+        """Preempt requests until the decode step of `reqs` fits; return those that stay.
 
-        While `pages_needed(reqs) * page_size` exceeds the cache manager's available_size,
-        preempt `victim(reqs)` and drop it from the step. No victim left means admission broke
-        its promise to the preempted requests: raise RuntimeError.
+        The requests that stay keep their order. While `pages_needed(reqs) * page_size`
+        exceeds the cache manager's available_size, preempt `victim(reqs)` and drop it from
+        the step. No victim left means admission broke its promise to the preempted requests:
+        raise RuntimeError.
         """
-        raise NotImplementedError("ch23: Preempt until the decode step of `reqs` fits; return the requests that stay, in order.")
+        raise NotImplementedError("ch23: Preempt requests until the decode step of `reqs` fits; return those that stay.")
 
     def victim(self, reqs: list[Req]) -> Req | None:
-        """Who is preempted next: a request never preempted before (uid not in `protected`), or
-        None. First a prompt half-way through its chunks (the queue head's `chunked_req`: it
-        was admitted last), then the newest of `reqs` (the last in admission order)."""
-        raise NotImplementedError("ch23: Who is preempted next: a request never preempted before (uid not in `protected`), or")
+        """Choose the next request to preempt: the newest one never preempted, or None.
+
+        Never preempted: its uid is not in `protected`. First a prompt half-way through its
+        chunks (the queue head's `chunked_req`: it was admitted last), then the newest of
+        `reqs` (the last in admission order)."""
+        raise NotImplementedError("ch23: Choose the next request to preempt: the newest one never preempted, or None.")
 
     def preempt(self, req: Req) -> None:
         """Stop `req`, give back what it holds, and queue it again to be recomputed.
