@@ -144,14 +144,11 @@ class PrefillManager:
         return None
 
     def new_adder(self, prefill_budget: int) -> PrefillAdder:
-        """The adder of one batch: `prefill_budget` prompt tokens, and room for everything the
-        running requests may still need. (Chapter 23's optimistic admission returns another.)"""
-        return PrefillAdder(
-            self.cache_manager,
-            self.table_manager,
-            prefill_budget,
-            self.decode_manager.inflight_tokens,
-        )
+        """Make the PrefillAdder of one batch, with room for what the running requests may need.
+
+        Its token budget is `prefill_budget`; its `reserved_size` starts at the decode
+        manager's `inflight_tokens`. (Chapter 23's optimistic admission returns another.)"""
+        raise NotImplementedError("ch07: Make the PrefillAdder of one batch, with room for what the running requests may need.")
 
     def schedule_next_batch(self, prefill_budget: int) -> Batch | None:
         """Admit waiting requests in arrival order until one does not fit.
