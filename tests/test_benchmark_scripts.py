@@ -152,6 +152,7 @@ def test_mixed_measures_both_admissions_and_both_schedules_on_tiny_qwen3(tmp_pat
     assert [r["admission"] for r in tight] == ["conservative", "optimistic"]
     assert tight[0]["preemptions"] == 0 and tight[1]["preemptions"] > 0
     assert tight[0]["output_tokens"] == tight[1]["output_tokens"]
+    assert tight[1]["same_tokens_share"] == 1.0, "float32: preemption changes no token"
     assert tight[1]["computed_prompt_tokens"] > tight[0]["computed_prompt_tokens"], "recompute"
     assert [r["mixed"] for r in itl] == [False, True]
     for record in itl:
