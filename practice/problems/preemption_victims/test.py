@@ -1,6 +1,5 @@
 """Tests of problem 232: Who is preempted."""
 
-import pytest
 from submission import make_room
 
 
@@ -41,6 +40,13 @@ def test_the_chunk_then_running_requests_when_the_chunk_is_not_enough():
 
 
 def test_nobody_left_to_preempt_raises():
-    with pytest.raises(RuntimeError) as raised:
-        make_room([(0, 1, 1), (1, 1, 1)], None, {0, 1}, 0)
-    assert not isinstance(raised.value, NotImplementedError), "raise RuntimeError, not a stub's"
+    running = [(0, 1, 1), (1, 1, 1)]
+    try:
+        got = make_room(running, None, {0, 1}, 0)
+    except NotImplementedError:
+        raise AssertionError("make_room is not written yet") from None
+    except RuntimeError:
+        return
+    raise AssertionError(
+        f"make_room({running}, protected={{0, 1}}): expected RuntimeError, got {got}"
+    )
