@@ -11,6 +11,7 @@
 #   benchmark/run_gpu.sh tp                                  # on nvidia-h200-x2: TP=1 and TP=2
 #   benchmark/run_gpu.sh structured                          # chapter 25: the grammar mask's cost
 #   benchmark/run_gpu.sh verdict                             # the judge's GPU verdict, chapter 18
+#   benchmark/run_gpu.sh mixed                               # chapter 23: admission, mixed batches
 #
 # Expects the wheels in .whl/ and the SmolLM2 tokenizer files in .gpu/tokenizer/ (see
 # benchmark/gpu_report.md): the tiny checkpoints are rebuilt there, byte for byte as here.
@@ -125,6 +126,12 @@ print(resolve_model(RANDOM_MODEL, torch.bfloat16))' | tail -1) || exit 1
       else
         echo "verdict stage: as expected; the rebinding's verdict names $named" | tee -a "$log"
       fi ;;
+    mixed)  # chapter 23: optimistic vs conservative admission on a KV-tight pool (a quarter
+      # of the official workload's worst cases), and the decode latency of 64 running
+      # requests while a 16k-token prompt is prefilled, with mixed batches off and on
+      python3 benchmark/mixed.py --model random-qwen3-0.6b --dtype bfloat16 --workload official \
+          --pool-fraction 0.25 --running 64 --output-len 256 --long-prompt 16384 --budget 2048 \
+          --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/mixed.log" ;;
     timeline)
       python3 benchmark/overlap_timeline.py --out "$OUT/overlap_h200.svg" \
           2>&1 | tee "$OUT/timeline.log" ;;

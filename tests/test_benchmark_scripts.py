@@ -136,6 +136,32 @@ def test_online_launches_a_server_and_appends_its_figures(tmp_path: Path) -> Non
     assert_provenance(record, "benchmark/online.py")
 
 
+@pytest.mark.slow
+def test_mixed_measures_both_admissions_and_both_schedules_on_tiny_qwen3(tmp_path: Path) -> None:
+    """Chapter 23's benchmark, small: the tight part's two admissions (the same tokens, the
+    optimistic one preempting) and the latency part's two schedules, one record each."""
+    results = tmp_path / "results.jsonl"
+    model = str(require_model(MODEL))
+    small = ["--long-prompt", "200", "--budget", "64", "--output-len", "12", "--running", "4"]
+    done = run_script(
+        "benchmark/mixed.py", "--model", model, "--threads", "1", *small, "--json", str(results)
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    tight = [r for r in read_results(results) if r["benchmark"] == "mixed_tight"]
+    itl = [r for r in read_results(results) if r["benchmark"] == "mixed_itl"]
+    assert [r["admission"] for r in tight] == ["conservative", "optimistic"]
+    assert tight[0]["preemptions"] == 0 and tight[1]["preemptions"] > 0
+    assert tight[0]["output_tokens"] == tight[1]["output_tokens"]
+    assert tight[1]["same_tokens_share"] == 1.0, "float32: preemption changes no token"
+    assert tight[1]["computed_prompt_tokens"] > tight[0]["computed_prompt_tokens"], "recompute"
+    assert [r["mixed"] for r in itl] == [False, True]
+    for record in itl:
+        assert 0 < record["itl_p50_ms"] <= record["itl_p99_ms"] <= record["itl_max_ms"]
+        assert record["long_ttft_ms"] > 0
+    for record in tight + itl:
+        assert_provenance(record, "benchmark/mixed.py")
+
+
 @pytest.mark.parametrize(
     "script", ["decode_step.py", "overlap_timeline.py", "attention_kernels.py", "launch_costs.py"]
 )

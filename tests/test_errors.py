@@ -130,6 +130,17 @@ def test_unknown_attention_backend_lists_the_available_ones():
     assert "torch" in str(error.value) and "flashinfer" in str(error.value)
 
 
+def test_scheduler_options_of_chapter_23_are_checked_where_they_are_set():
+    from minisgl.scheduler import SchedulerConfig
+
+    model = str(TINY_MODELS["llama"])
+    with pytest.raises(ConfigError, match="'optimistc'"):
+        SchedulerConfig(model, admission="optimistc")
+    with pytest.raises(ConfigError, match="max_extend_tokens >= max_running_req"):
+        SchedulerConfig(model, mixed_batches=True, max_extend_tokens=8, max_running_req=16)
+    SchedulerConfig(model, mixed_batches=True, max_extend_tokens=16, max_running_req=16)
+
+
 @pytest.fixture(scope="module")
 def small_engine() -> Engine:
     """A tiny model with a 40-slot pool."""

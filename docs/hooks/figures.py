@@ -836,3 +836,90 @@ def allowed_tokens(data: dict) -> tuple[str, str]:
         "of tokens everywhere else (digits in bounds, the enum's values, the next key)."
     )
     return svg(width, total, body, caption), caption
+
+
+# --- chapter 23: mixed batches, and admission that preempts -----------------------------------
+
+
+@drawing("ch23_mixed_batches.steps")
+def mixed_steps(data: dict) -> tuple[str, str]:
+    """Both runs of the long prompt, one block each: a lane per request (a cell where it got a
+    token; the long prompt's chunk steps in the prefill colour), and each step's prompt tokens."""
+    cell, lane, left = 30, 18, 150
+    runs = [("prefill or decode", data["separate"]), ("mixed batches", data["mixed"])]
+    width = left + cell * max(len(steps) for _, steps in runs) + 10
+    body: list[str] = []
+    y = 4
+    for title, steps in runs:
+        body.append(text(8, y + 14, title, 12, weight="bold"))
+        y += 22
+        for uid, name in ((0, "request 0"), (1, "request 1"), (2, "long prompt")):
+            body.append(text(left - 8, y + 13, name, 11, "end"))
+            for i, step in enumerate(steps):
+                got = uid in step["tokens_to"]
+                chunk = uid == 2 and i >= 1 and step["prompt_tokens"] and not got
+                if got or chunk:
+                    kind = "decode" if got else "prefill"
+                    what = "a token" if got else f"a chunk ({step['prompt_tokens']} tokens)"
+                    body.append(
+                        rect(left + cell * i, y, cell, lane - 2, COLORS[kind], f"step {i}: {what}")
+                    )
+            y += lane
+        body.append(text(left - 8, y + 12, "prompt tokens", 11, "end"))
+        for i, step in enumerate(steps):
+            body.append(
+                text(left + cell * i + cell / 2, y + 12, step["prompt_tokens"], 10, "middle")
+            )
+        y += 24
+    body += legend(left, y + 10, [(COLORS["decode"], "got a token"), (COLORS["prefill"], "chunk")])
+    caption = (
+        f"Two requests decode when a {data['long_prompt']}-token prompt arrives (budget "
+        f"{data['budget']} tokens a step): each step of the two runs, who got a token, and the "
+        "prompt tokens the step computed."
+    )
+    return svg(width, y + 20, body, caption), caption
+
+
+@drawing("ch23_mixed_batches.admission")
+def admission_preemption(data: dict) -> tuple[str, str]:
+    """Both admissions on the same pool: per step, the pages in use and how many requests run,
+    with the steps that preempted marked."""
+    pages, per_page, cell = data["num_pages"], 1.5, 7
+    runs = [("conservative", data["conservative"]), ("optimistic", data["optimistic"])]
+    left, height_one = 110, pages * per_page + 40
+    width = left + cell * max(len(steps) for _, steps in runs) + 20
+    body: list[str] = []
+    for row, (name, steps) in enumerate(runs):
+        top = 10 + row * height_one
+        bottom = top + pages * per_page
+        body += [
+            text(left - 8, top + 12, name, 12, "end", "bold"),
+            text(left - 8, bottom, f"{pages} pages", 10, "end"),
+        ]
+        before = 0
+        for i, step in enumerate(steps):
+            used = pages - step["free"]
+            x = left + cell * i
+            tip = f"step {i}: {used} pages in use, {len(step['running'])} running"
+            body.append(
+                rect(x, bottom - used * per_page, cell, used * per_page, COLORS["used"], tip)
+            )
+            if step["preemptions"] > before:
+                body.append(rect(x, top - 6, cell, 6, COLORS["dropped"], f"step {i}: preempted"))
+            before = step["preemptions"]
+            body.append(rect(x, bottom + 4, cell, 3 * len(step["running"]), COLORS["decode"], tip))
+        body.append(line(left, bottom, width - 10, bottom))
+    body += legend(
+        left,
+        10 + 2 * height_one,
+        [
+            (COLORS["used"], "pages in use"),
+            (COLORS["decode"], "requests running (bar under the axis)"),
+            (COLORS["dropped"], "a preemption"),
+        ],
+    )
+    caption = (
+        f"Eight requests on {pages} one-token pages, each step of the two runs: the pages in use, "
+        "how many requests run (under the axis), and where optimistic admission preempted."
+    )
+    return svg(width, 30 + 2 * height_one, body, caption), caption

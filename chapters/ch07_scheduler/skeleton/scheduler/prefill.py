@@ -143,9 +143,17 @@ class PrefillManager:
                 return self.pending_list.pop(i)
         return None
 
+    def new_adder(self, prefill_budget: int) -> PrefillAdder:
+        """Make the PrefillAdder of one batch, with room for what the running requests may need.
+
+        Its token budget is `prefill_budget`; its `reserved_size` starts at the decode
+        manager's `inflight_tokens`. (Chapter 23's optimistic admission returns another.)"""
+        raise NotImplementedError("ch07: Make the PrefillAdder of one batch, with room for what the running requests may need.")
+
     def schedule_next_batch(self, prefill_budget: int) -> Batch | None:
         """Admit waiting requests in arrival order until one does not fit.
 
+        The batch's PrefillAdder comes from `new_adder(prefill_budget)`.
         A chunked request stays at the head of the queue until its last chunk is admitted.
 
         Admission stops at the first request that must wait, even if a smaller one behind it

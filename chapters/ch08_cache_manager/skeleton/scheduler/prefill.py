@@ -120,9 +120,22 @@ class PrefillManager:
                 return self.pending_list.pop(i)
         return None
 
+    def new_adder(self, prefill_budget: int) -> PrefillAdder:
+        """Make the PrefillAdder of one batch, with room for what the running requests may need.
+
+        Its token budget is `prefill_budget`; its `reserved_size` starts at the decode
+        manager's `inflight_tokens`. (Chapter 23's optimistic admission returns another.)"""
+        return PrefillAdder(
+            self.cache_manager,
+            self.table_manager,
+            prefill_budget,
+            self.decode_manager.inflight_tokens,
+        )
+
     def schedule_next_batch(self, prefill_budget: int) -> Batch | None:
         """Admit waiting requests in arrival order until one does not fit.
 
+        The batch's PrefillAdder comes from `new_adder(prefill_budget)`.
         A chunked request stays at the head of the queue until its last chunk is admitted.
 
         Admission stops at the first request that must wait, even if a smaller one behind it
@@ -130,12 +143,7 @@ class PrefillManager:
         admitted entry's `chunked_req` is set here, and only here: to its chunk if it was
         chunked, else back to None.
         """
-        adder = PrefillAdder(
-            self.cache_manager,
-            self.table_manager,
-            prefill_budget,
-            self.decode_manager.inflight_tokens,
-        )
+        adder = self.new_adder(prefill_budget)
         reqs: list[Req] = []
         for pending_req in self.pending_list:
             req = adder.try_add_one(pending_req)

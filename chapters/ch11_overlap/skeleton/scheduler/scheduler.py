@@ -16,7 +16,7 @@ GPU the CPU's bookkeeping runs while the device computes the next batch.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -39,13 +39,22 @@ from minisgl.utils import InvalidRequestError
 
 
 class ForwardInput(NamedTuple):
-    """A scheduled batch, ready to run: its inputs filled in, and its sampling arguments."""
+    """A scheduled batch, ready to run: its inputs filled in, its sampling arguments, and
+    which of its requests bring a prompt (or a chunk of one) rather than decode."""
 
     batch: Batch
     sample_args: BatchSamplingArgs
+    prompts: frozenset[Req]  # all of a prefill batch's requests, none of a decode batch's
 
 
 ForwardData = tuple[ForwardInput, ForwardOutput]  # a launched batch and what it sampled
+BatchPicker = Callable[[], Batch | None]  # the next batch, or None when there is none
+
+# How a scheduler picks each step's requests: `Scheduler._pick_batch` below, unless a later
+# chapter's policy takes over. Each function registered here gets the new scheduler and its
+# picker so far, and returns the picker to use (the same one when its config does not ask for
+# it); chapter 23 registers mixed batches and optimistic admission this way.
+BATCH_POLICIES: list[Callable[[Scheduler, BatchPicker], BatchPicker]] = []
 
 
 class Scheduler:
@@ -82,6 +91,9 @@ class Scheduler:
         self._last_phase: str | None = None
         self._last_data: ForwardData | None = None  # launched, results not yet processed
         self._integrity_ok: bool | None = None
+        self.pick_batch: BatchPicker = self._pick_batch
+        for policy in BATCH_POLICIES:
+            self.pick_batch = policy(self, self.pick_batch)
 
     # ----- requests in and out --------------------------------------------------------------
 
@@ -206,37 +218,42 @@ class Scheduler:
         self._integrity_ok = True
 
     def _schedule_next_batch(self) -> ForwardInput | None:
-        """Pick the next batch and prepare it (`_prepare_batch`); None when there is none.
-
-        Prefill first, to admit waiting requests soon; but right after a prefill, give the
-        running requests a decode step, so that a long (chunked) prompt or a stream of arrivals
-        cannot stall them. Record the phase of the batch picked."""
-        prefill = lambda: self.prefill_manager.schedule_next_batch(self.config.max_extend_tokens)  # noqa: E731
-        decode = self.decode_manager.schedule_next_batch
-        if self._last_phase == "prefill" and self.decode_manager.runnable:
-            batch = decode() or prefill()
-        else:
-            batch = prefill() or decode()
+        """Pick the next batch (`self.pick_batch()`) and prepare it (`_prepare_batch`); None
+        when there is none. Record the phase of the batch picked."""
+        batch = self.pick_batch()
         if batch is None:
             return None
         self._last_phase = batch.phase
         return self._prepare_batch(batch)
+
+    def _pick_batch(self) -> Batch | None:
+        """The next batch: a prefill batch of waiting requests, or a decode step of the running.
+
+        Prefill first, to admit waiting requests soon; but right after a prefill, give the
+        running requests a decode step, so that a long (chunked) prompt or a stream of arrivals
+        cannot stall them."""
+        prefill = lambda: self.prefill_manager.schedule_next_batch(self.config.max_extend_tokens)  # noqa: E731
+        decode = self.decode_manager.schedule_next_batch
+        if self._last_phase == "prefill" and self.decode_manager.runnable:
+            return decode() or prefill()
+        return prefill() or decode()
 
     def _prepare_batch(self, batch: Batch) -> ForwardInput:
         """Give the batch its pages, write its prompts, fill its inputs and metadata.
 
         Everything here is queued on the device without waiting: each piece of metadata is
         built on the host and copied once, so on a GPU this runs while the previous batch
-        computes.
+        computes. The requests that are not running yet bring a prompt: those are written.
         """
         self.cache_manager.allocate_paged(batch.reqs)
-        if batch.is_prefill:
-            for req in batch.reqs:
-                self.table_manager.write_prompt(req)
-            self.stats.computed_prompt_tokens += sum(req.extend_len for req in batch.reqs)
+        running = self.decode_manager.running_reqs
+        prompts = frozenset(req for req in batch.reqs if req.uid not in running)
+        for req in prompts:
+            self.table_manager.write_prompt(req)
+        self.stats.computed_prompt_tokens += sum(req.extend_len for req in prompts)
         self.table_manager.prepare_inputs(batch)
         self.engine.prepare_batch(batch)
-        return ForwardInput(batch, self.engine.sampler.prepare(batch))
+        return ForwardInput(batch, self.engine.sampler.prepare(batch), prompts)
 
     def _forward(self, forward_input: ForwardInput) -> ForwardOutput:
         """Run a prepared batch, store its sampled tokens in the token pool, advance ledgers."""
@@ -267,8 +284,9 @@ class Scheduler:
         `finished_reqs` (it finished in the previous round) or in `pending_aborts`; append
         its token (`append_host`), ask `_finish_reason`, and report a TokenOutput. A finished
         request leaves the running set and `_free_req_resources` gives back its row and KV; a
-        request that goes on after its prefill has its prompt cached (`cache_req`,
-        finished=False). Afterwards `finished_reqs` holds exactly this round's finishers.
+        request that goes on after its prompt (one of `forward_input.prompts`) has the prompt
+        cached (`cache_req`, finished=False). Afterwards `finished_reqs` holds exactly this
+        round's finishers.
         """
         if data is None:
             return []
@@ -295,7 +313,7 @@ class Scheduler:
                     self.decode_manager.remove_req(req)
                     self._free_req_resources(req)
                     finished_now.add(req)
-                elif forward_input.batch.is_prefill:  # share the prompt with later requests now
+                elif req in forward_input.prompts:  # share the prompt with later requests now
                     self.cache_manager.cache_req(req, finished=False)
         self.finished_reqs = finished_now
         self.stats.generated_tokens += len(outputs)

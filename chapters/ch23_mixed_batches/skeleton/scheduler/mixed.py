@@ -1,0 +1,80 @@
+"""Mixed batches: the decode tokens of the running requests and prompt chunks in one step.
+
+Chapter 7's scheduler runs either a prefill or a decode step. While a long prompt is prefilled,
+chunk after chunk (chapter 10), the running requests get a token only every other step, and
+each of those waits behind a whole chunk. A mixed step holds both: every running request's
+next token first, then prompt chunks filling the rest of the token budget (max_extend_tokens),
+as vLLM's scheduler and SGLang's mixed chunks do. The attention backends already take such a
+batch: a decode token is an extend of length 1, and each request samples from its last token.
+
+`StepPolicy` is chapter 23's batch picker (`BATCH_POLICIES` of the scheduler): mixed batches
+when `mixed_batches` is on, and, with `admission="optimistic"`, room made by preemption
+(`Preemptor`) before every step that decodes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from minisgl.core import Batch
+from minisgl.scheduler.preempt import OptimisticPrefillManager, Preemptor
+from minisgl.scheduler.scheduler import BATCH_POLICIES, BatchPicker
+
+if TYPE_CHECKING:
+    from minisgl.scheduler.scheduler import Scheduler
+
+
+class StepPolicy:
+    """Picks each step's batch: mixed, or chapter 7's prefill-or-decode; preempting if need be."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        inner: BatchPicker,
+        preemptor: Preemptor | None,
+        mixed: bool,
+    ) -> None:
+        self.scheduler = scheduler
+        self.inner = inner  # the picker this policy replaces
+        self.preemptor = preemptor  # None: conservative admission never runs out of pages
+        self.mixed = mixed
+
+    def __call__(self) -> Batch | None:
+        if self.mixed:
+            return self.mixed_batch()
+        batch = self.inner()
+        if batch is None or not batch.is_decode or self.preemptor is None:
+            return batch
+        reqs = self.preemptor.make_room(batch.reqs)
+        return Batch(reqs, "decode") if reqs else None
+
+    def mixed_batch(self) -> Batch | None:
+        """Batch every running request's next token, then prompt chunks in the rest of the budget.
+
+        The decode part is the running requests in admission order, after the preemptor (if
+        any) made room for them (`make_room`). The prefill manager then admits waiting requests
+        with the token budget max_extend_tokens minus one token per decoding request. Return
+        None if both parts are empty, a "decode" batch if no prompt was admitted, else one
+        "prefill" batch (the attention's extend path) of the decode requests followed by the
+        admitted prompts and chunks.
+        """
+        raise NotImplementedError("ch23: Batch every running request's next token, then prompt chunks in the rest of the budget.")
+
+
+def step_policy(scheduler: Scheduler, inner: BatchPicker) -> BatchPicker:
+    """Chapter 23's picker for a scheduler whose config asks for mixed batches or optimistic
+    admission (which also swaps in the OptimisticPrefillManager); else `inner`, unchanged."""
+    config = scheduler.config
+    if not config.mixed_batches and config.admission != "optimistic":
+        return inner
+    preemptor = None
+    if config.admission == "optimistic":
+        prefill_manager = OptimisticPrefillManager(
+            scheduler.cache_manager, scheduler.table_manager, scheduler.decode_manager
+        )
+        scheduler.prefill_manager = prefill_manager
+        preemptor = Preemptor(scheduler, prefill_manager)
+    return StepPolicy(scheduler, inner, preemptor, config.mixed_batches)
+
+
+BATCH_POLICIES.append(step_policy)

@@ -1,0 +1,76 @@
+"""Chapter 23 on a GPU: mixed batches and optimistic admission with preemption.
+
+In float32 with the torch backend every mode must give exactly transformers' tokens, as on the
+CPU (`test_gpu_parity.py`'s prompts and reference). With FlashInfer in bf16 a mixed step runs
+the decode rows through the prefill wrapper, whose rounding differs from the decode wrapper's,
+and a random model's flat logits let free-running sequences split early: there the run must
+finish cleanly and each request's first token (from its own prompt) must agree. Skipped
+without CUDA (and, for FlashInfer, without flashinfer).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_gpu_attention import HAS_GPU, greedy_tokens, qwen3_h128, random_prompts  # noqa: F401
+from test_gpu_parity import MAX_TOKENS, hf_tokens, prompts
+
+from conftest import TINY_MODELS, require_model
+from minisgl.core import SamplingParams
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
+
+MODES = {
+    "mixed": {"mixed_batches": True, "max_extend_tokens": 24},
+    "optimistic": {"admission": "optimistic"},
+    "mixed-optimistic": {"mixed_batches": True, "admission": "optimistic", "max_extend_tokens": 32},
+}
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_mixed_and_optimistic_give_transformers_tokens_on_cuda_in_float32(mode):
+    from minisgl.llm import LLM
+
+    path = require_model(TINY_MODELS["qwen3"])
+    with LLM(
+        str(path),
+        device="cuda",
+        dtype=torch.float32,
+        attention_backend="torch",
+        num_pages=200,  # well under the nine requests' worst cases: optimistic runs preempt
+        max_running_req=16,
+        show_progress=False,
+        **MODES[mode],
+    ) as llm:
+        outs = llm.generate(prompts(), SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True))
+        preemptor = getattr(llm.scheduler.pick_batch, "preemptor", None)
+        preemptions = preemptor.preemptions if preemptor else 0
+        assert llm.scheduler.status().integrity_ok
+    print(f"{mode}: {preemptions} preemptions")
+    if preemptor is not None:
+        assert preemptions > 0
+    assert tuple(tuple(out["token_ids"]) for out in outs) == hf_tokens()
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="needs CUDA and flashinfer")
+def test_flashinfer_runs_mixed_optimistic_batches_to_the_end(qwen3_h128):  # noqa: F811
+    prompts_ = random_prompts(12, seed=5)
+    max_tokens = [32] * 12
+    plain = greedy_tokens(qwen3_h128, prompts_, max_tokens, attention_backend="flashinfer")
+    mixed = greedy_tokens(
+        qwen3_h128,
+        prompts_,
+        max_tokens,
+        attention_backend="flashinfer",
+        mixed_batches=True,
+        admission="optimistic",
+        max_extend_tokens=256,
+    )
+    same = sum(a == b for ta, tb in zip(plain, mixed) for a, b in zip(ta, tb))
+    print(f"mixed+optimistic vs plain (bf16): {same} of {sum(max_tokens)} tokens equal")
+    assert [len(t) for t in mixed] == max_tokens
+    first = sum(ta[0] == tb[0] for ta, tb in zip(plain, mixed))
+    assert first >= 11, f"only {first} of 12 first tokens agree"
