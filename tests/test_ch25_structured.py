@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import jsonschema
 import pytest
@@ -152,7 +153,7 @@ def allowed(mask_row: torch.Tensor) -> set[int]:
 
 def test_prepare_gives_each_constrained_row_its_own_matcher_for_its_whole_life(sampler):
     plain = make_req(SamplingParams(temperature=0.7, top_k=5), 0)
-    json_req = make_req(StructuredParams(json_schema=PERSON), 1)
+    json_req = make_req(StructuredParams(json_schema=PERSON, temperature=1.0, seed=9), 1)
     chunk = make_req(StructuredParams(regex="a"), 2, ChunkedReq)
     regex_req = make_req(StructuredParams(regex="(yes|no)"), 3)
     batch = Batch([plain, json_req, chunk, regex_req], "prefill")
@@ -164,7 +165,7 @@ def test_prepare_gives_each_constrained_row_its_own_matcher_for_its_whole_life(s
     assert args.all_greedy == base.all_greedy is False
     for name in ("greedy", "temperature", "top_k", "top_p"):
         assert torch.equal(getattr(args, name), getattr(base, name)), name
-    assert args.row_seeds == base.row_seeds
+    assert args.row_seeds == base.row_seeds and list(args.row_seeds) == [1], "the seeded row"
     again = sampler.prepare(Batch([regex_req, json_req], "decode"))
     assert again.matchers[0] is args.matchers[3] and again.matchers[1] is args.matchers[1]
     fresh = sampler.prepare(Batch([make_req(StructuredParams(regex="(yes|no)"), 4)], "prefill"))
@@ -208,6 +209,29 @@ def test_accept_unaccepted_advances_each_matcher_by_its_token_once(sampler):
         sampler.accept_unaccepted()
 
 
+class CopyInFlight:
+    """Stands for the copy of sampled tokens to the host (a CUDA event): the tokens are only
+    there once `synchronize` returns."""
+
+    def __init__(self, host: torch.Tensor, tokens: list[int]) -> None:
+        self.host, self.tokens = host, tokens
+
+    def synchronize(self) -> None:
+        self.host.copy_(torch.tensor(self.tokens))
+
+
+def test_accept_unaccepted_waits_for_the_copy_before_reading_the_tokens(sampler):
+    [yes] = encode(QWEN3, ["yes"])[0]
+    params = StructuredParams(regex="(yes|no)!")
+    matcher = xgrammar.GrammarMatcher(sampler.compiler.compile_grammar(params.grammar()))
+    host = torch.tensor([EOS])  # what the host buffer held before the copy: not allowed yet
+    sampler.unaccepted = SampledTokens([matcher], host, CopyInFlight(host, [yes]))
+    sampler.accept_unaccepted()
+    mask = xgrammar.allocate_token_bitmask(1, VOCAB)
+    matcher.fill_next_token_bitmask(mask, 0)
+    assert torch.equal(mask[0], reference_mask(sampler, params, [yes]))
+
+
 def test_sample_masks_the_constrained_rows_and_keeps_their_tokens_for_the_next_step(sampler):
     plain = make_req(SamplingParams(), 10)
     digits = make_req(StructuredParams(regex="[0-9]+"), 11)
@@ -238,6 +262,33 @@ def test_sample_masks_the_constrained_rows_and_keeps_their_tokens_for_the_next_s
     plain_args = sampler.prepare(Batch([plain], "decode"))
     assert sampler.sample(original[:1].clone(), plain_args) == original[0].argmax()
     assert sampler.unaccepted is None and sampler.masked_steps == steps
+
+
+class SlowMatcher:
+    """A matcher whose accept_token takes a while, to see that `mask_seconds` times it."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.accepted: list[int] = []
+
+    def is_terminated(self) -> bool:
+        return False
+
+    def accept_token(self, token: int) -> bool:
+        time.sleep(self.seconds)
+        self.accepted.append(token)
+        return True
+
+
+def test_sample_accepts_the_last_tokens_even_unconstrained_and_times_the_accepting(sampler):
+    slow = SlowMatcher(0.05)
+    sampler.unaccepted = SampledTokens([slow], torch.tensor([5]), None)
+    steps, seconds = sampler.masked_steps, sampler.mask_seconds
+    args = sampler.prepare(Batch([make_req(SamplingParams(), 20)], "decode"))
+    sampler.sample(torch.randn(1, VOCAB), args)
+    assert slow.accepted == [5] and sampler.unaccepted is None
+    assert sampler.mask_seconds - seconds >= slow.seconds, "mask_seconds times the accepting"
+    assert sampler.masked_steps == steps, "a step without a constrained row is not a masked step"
 
 
 # --- the engine, end to end on random weights ---------------------------------------------------
