@@ -17,6 +17,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import torch
@@ -47,6 +48,17 @@ def valid(text: str) -> bool:
     return True
 
 
+def chat_prompt(tokenizer: Any, question: str) -> str:
+    """The question in the model's chat template; as plain text where the tokenizer has none
+    (the GPU machine rebuilds the tiny checkpoints from SmolLM2's tokenizer files, which carry
+    no template)."""
+    if tokenizer.chat_template is None:
+        return question
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=False
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=str(ROOT / "models" / "SmolLM2-135M-Instruct"))
@@ -60,11 +72,7 @@ def main() -> None:
     for constraint, overlap in runs:
         with LLM(args.model, dtype=dtype, enable_overlap=overlap, show_progress=False) as llm:
             prompts = [
-                llm.tokenizer.apply_chat_template(
-                    [{"role": "user", "content": f"Describe {s} as JSON."}],
-                    add_generation_prompt=True,
-                    tokenize=False,
-                )
+                chat_prompt(llm.tokenizer, f"Describe {s} as JSON.")
                 for s in (SUBJECTS * args.prompts)[: args.prompts]
             ]
             params = (

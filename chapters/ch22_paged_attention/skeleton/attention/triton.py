@@ -16,7 +16,6 @@ triton is imported only when this backend is built: the engine runs without it.
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -126,13 +125,14 @@ def create_triton_backend(setup: AttnSetup) -> TritonAttnBackend:
     return TritonAttnBackend(setup.kv_cache, setup.page_table, setup.num_kv_heads)
 
 
-def triton_usable(setup: AttnSetup) -> bool:
-    """Our kernels apply on any GPU Triton compiles for, any dtype and head size."""
-    return setup.device.type == "cuda" and importlib.util.find_spec("triton") is not None
+def chosen_by_name_only(setup: AttnSetup) -> bool:
+    """ "auto" never picks this backend: it runs where it is asked for by name, and "auto" keeps
+    meaning what chapter 17 made it (FlashInfer where it runs, else torch), whatever chapter a
+    tree stops at."""
+    return False
 
 
 register_backend(
     "triton",
-    # below FlashInfer's kernels, which "auto" still prefers; above the torch backend on a GPU
-    BackendEntry(create=create_triton_backend, usable=triton_usable, priority=5),
+    BackendEntry(create=create_triton_backend, usable=chosen_by_name_only, priority=0),
 )
