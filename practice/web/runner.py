@@ -64,18 +64,28 @@ class _Mark:
         return mark
 
 
+class _ExceptionInfo:
+    """What `with pytest.raises(...) as info` binds: after the block, `info.value` is the
+    exception raised and `info.type` its class."""
+
+    value: BaseException | None = None
+    type: type[BaseException] | None = None
+
+
 @contextlib.contextmanager
 def _raises(
     expected: type[BaseException] | tuple[type[BaseException], ...], match: str | None = None
-) -> Iterator[None]:
+) -> Iterator[_ExceptionInfo]:
     """`pytest.raises`: the block must raise `expected` (whose message matches `match`)."""
+    info = _ExceptionInfo()
     try:
-        yield
+        yield info
     except expected as error:
         if match is not None and not re.search(match, str(error)):
             raise AssertionError(
                 f"{type(error).__name__}({str(error)!r}) does not match {match!r}"
             ) from None
+        info.value, info.type = error, type(error)
         return
     names = getattr(expected, "__name__", None) or " or ".join(e.__name__ for e in expected)
     raise AssertionError(f"DID NOT RAISE {names}")
