@@ -1,11 +1,16 @@
 """Profile single engine steps on a GPU with torch.profiler: where a prefill and a decode go.
 
     python benchmark/profile_step.py --model random-qwen3-0.6b --json results.jsonl
+    python benchmark/profile_step.py --decode-batches 1,64,256 --page-size 256  # decode only
 
 Queues the official workload's first requests (up to one prefill budget of prompt tokens),
 runs their prefill and a few decode steps, and profiles one prefill step and one decode step
 (graphs on): the device time of each kind of kernel, the number of kernels launched, and the
 step's wall time. Prints the top kernels of each step, and appends a summary line per step.
+With `--decode-batches`, it profiles one decode step at each of those batch sizes instead (the
+workload's first requests, 64 tokens into their decode), and also reports the device's busy
+span from the first kernel's start to the last one's end: the span less the kernel time is the
+time between kernels, which a CUDA graph shortens but does not remove.
 """
 
 from __future__ import annotations
@@ -36,9 +41,10 @@ def profiled_step(scheduler, label: str, json_path: Path | None, top: int) -> No
         wall = time.perf_counter() - start
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     device_us = sum(e.device_time for e in kernels)
+    span_us = max(e.time_range.end for e in kernels) - min(e.time_range.start for e in kernels)
     print(
         f"{label}: wall {wall * 1e3:.2f} ms, {len(kernels)} kernels, {device_us / 1e3:.2f} ms "
-        "of kernel time"
+        f"of kernel time in a {span_us / 1e3:.2f} ms span"
     )
     by_name: dict[str, list[float]] = {}
     for event in kernels:
@@ -55,22 +61,25 @@ def profiled_step(scheduler, label: str, json_path: Path | None, top: int) -> No
                 "wall_s": wall,
                 "kernels": len(kernels),
                 "kernel_s": device_us / 1e6,
+                "span_s": span_us / 1e6,
                 "top": [[name[:120], len(t), sum(t) / 1e6] for name, t in ranked[:top]],
             },
         )
 
 
-def host_profile(scheduler, top: int) -> None:  # noqa: ANN001
-    """One scheduler step under cProfile: the host functions that take its time."""
+def host_profile(scheduler, top: int, steps: int = 1) -> None:  # noqa: ANN001
+    """`steps` scheduler steps under cProfile: the host functions that take their time."""
     torch.cuda.synchronize()
     profiler = cProfile.Profile()
     start = time.perf_counter()
     profiler.enable()
-    scheduler.step()
+    for _ in range(steps):
+        scheduler.step()
     profiler.disable()
-    print(f"host profile of one step: {(time.perf_counter() - start) * 1e3:.2f} ms")
+    print(f"host profile of {steps} step(s): {(time.perf_counter() - start) * 1e3:.2f} ms")
     stats = pstats.Stats(profiler, stream=sys.stdout)
     stats.sort_stats("tottime").print_stats(top)
+    stats.sort_stats("cumulative").print_stats(top)
 
 
 def main() -> int:
@@ -78,7 +87,15 @@ def main() -> int:
     parser.add_argument("--model", default=RANDOM_MODEL)
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--host", action="store_true", help="also cProfile a later prefill step")
+    parser.add_argument(
+        "--host",
+        action="store_true",
+        help="also cProfile a later prefill step (with --decode-batches: 10 decode steps)",
+    )
+    parser.add_argument("--page-size", type=int, default=16)
+    parser.add_argument(
+        "--decode-batches", help="comma-separated batch sizes: profile a decode step at each"
+    )
     args = parser.parse_args()
     from minisgl.core import SamplingParams
     from minisgl.llm import LLM
@@ -88,12 +105,25 @@ def main() -> int:
     with LLM(
         str(model),
         max_running_req=256,
-        page_size=16,
+        page_size=args.page_size,
         show_progress=False,
         max_seq_len=work.longest + 16,
     ) as llm:
         scheduler = llm.scheduler
         llm.generate(work.prompts[:2], SamplingParams(max_tokens=4, ignore_eos=True))  # warm up
+        if args.decode_batches:
+            for size in map(int, args.decode_batches.split(",")):
+                params = SamplingParams(max_tokens=80, ignore_eos=True)
+                for ids in work.prompts[:size]:
+                    scheduler.add_request(ids, params)
+                for _ in range(64):
+                    scheduler.step()
+                profiled_step(scheduler, f"decode@{size}", args.json, args.top)
+                if args.host:
+                    host_profile(scheduler, 3 * args.top, steps=10)
+                while scheduler.has_work:
+                    scheduler.step()
+            return 0
         params = SamplingParams(max_tokens=64, ignore_eos=True)
         for ids in work.prompts:
             scheduler.add_request(ids, params)
