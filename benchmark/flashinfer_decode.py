@@ -1,6 +1,7 @@
 """The official workload with each of FlashInfer's decode kernels, one run.
 
     python benchmark/flashinfer_decode.py --choices tensor-cores,cuda-cores,fa3 --json r.jsonl
+    python benchmark/flashinfer_decode.py --choices tensor-cores,hybrid-128,hybrid-192
 
 FlashInfer decodes one query per request either on CUDA cores (its decode kernel) or on tensor
 cores (its prefill kernel with one query per request: FA2's, or FA3's on Hopper). The engine
@@ -31,6 +32,20 @@ CHOICES: dict[str, dict[str, Any]] = {
     "cuda-cores": {"use_tensor_cores": False},
     "fa3": {"use_tensor_cores": True, "backend": "fa3"},
 }
+# "hybrid-N": the graphs of N rows or more decode on CUDA cores, the rest on tensor cores. From
+# batch 128 up the official workload's steps wait for the host, not the GPU, and the tensor-core
+# decode's plan costs the host more (it takes the longest KV length with Python's max() over a
+# tensor of them).
+HYBRID = "hybrid-"
+
+
+def choice_arguments(choice: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The wrapper arguments `choice` forces, for a wrapper made with `kwargs`."""
+    if not choice.startswith(HYBRID):
+        return CHOICES[choice]
+    indptr = kwargs.get("paged_kv_indptr_buffer")
+    graph_rows = len(indptr) - 1 if kwargs.get("use_cuda_graph") and indptr is not None else 0
+    return {"use_tensor_cores": graph_rows < int(choice.removeprefix(HYBRID))}
 
 
 @contextmanager
@@ -42,7 +57,7 @@ def decode_kernel(choice: str) -> Iterator[None]:
 
     class Forced(wrapper):  # type: ignore[misc, valid-type]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **(kwargs | CHOICES[choice]))
+            super().__init__(*args, **(kwargs | choice_arguments(choice, kwargs)))
 
     with mock.patch.object(flashinfer, "BatchDecodeWithPagedKVCacheWrapper", Forced):
         yield
@@ -51,7 +66,9 @@ def decode_kernel(choice: str) -> Iterator[None]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=RANDOM_MODEL)
-    parser.add_argument("--choices", default=",".join(CHOICES), help=", ".join(CHOICES))
+    parser.add_argument(
+        "--choices", default=",".join(CHOICES), help=", ".join(CHOICES) + f", {HYBRID}N"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     model = resolve_model(args.model, torch.bfloat16)

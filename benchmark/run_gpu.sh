@@ -7,6 +7,7 @@
 #   benchmark/run_gpu.sh kernels,online,moe                  # chapter 19 ablation, online, MoE
 #   benchmark/run_gpu.sh profile                             # a prefill and a decode step's kernels
 #   benchmark/run_gpu.sh attention,launch                    # FlashInfer's decode alone; launch costs
+#   benchmark/run_gpu.sh decode_kernels                      # the workload per decode kernel
 #   benchmark/run_gpu.sh paged_attention                     # chapter 22: GPU tests, Triton vs FlashInfer
 #   benchmark/run_gpu.sh tp                                  # on nvidia-h200-x2: TP=1 and TP=2
 #   benchmark/run_gpu.sh structured                          # chapter 25: the grammar mask's cost
@@ -66,6 +67,9 @@ for stage in ${STAGES//,/ }; do
       python3 benchmark/attention_kernels.py --kernels flashinfer,triton,triton-n32-x4,triton-n128-w8 \
           --page-sizes 256,16 --layouts NHD --prefill ${PAGED_ATTENTION_ARGS:-} \
           --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/paged_attention.log" ;;
+    decode_kernels)  # the official workload with each of FlashInfer's decode kernels, one run
+      python3 benchmark/flashinfer_decode.py --choices "${DECODE_CHOICES:-tensor-cores,cuda-cores}" \
+          --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/decode_kernels.log" ;;
     launch)  # the host's cost of each kind of launch, and of one prefill forward
       python3 benchmark/launch_costs.py --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/launch.log" ;;
     profile)  # one prefill and one decode step under torch.profiler: kernels and their time
