@@ -18,11 +18,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 from weakref import WeakKeyDictionary
 
 import torch
-import xgrammar
 from transformers import AutoTokenizer
 
 from minisgl.core import Batch, Req
@@ -35,6 +34,11 @@ from minisgl.engine import (
 )
 from minisgl.scheduler.prefill import ChunkedReq
 from minisgl.structured.params import StructuredParams
+
+# xgrammar is imported where a constrained request first needs it: loading it takes about half
+# a second, and every engine has this sampler while most never see a constraint.
+if TYPE_CHECKING:
+    import xgrammar
 
 
 @dataclass
@@ -78,6 +82,8 @@ class GrammarSampler(Sampler):
         """Grammars compiled against this model's vocabulary (cached: a schema that comes again
         is not compiled again). Made at the first constrained request: reading the vocabulary
         takes a while."""
+        import xgrammar
+
         tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_path)
         info = xgrammar.TokenizerInfo.from_huggingface(
             tokenizer, vocab_size=self.vocab_size, stop_token_ids=self.stop_token_ids
@@ -86,6 +92,8 @@ class GrammarSampler(Sampler):
 
     def matcher(self, params: StructuredParams) -> xgrammar.GrammarMatcher:
         """A fresh matcher, at the start of the grammar of `params`."""
+        import xgrammar
+
         return xgrammar.GrammarMatcher(self.compiler.compile_grammar(params.grammar()))
 
     def prepare(self, batch: Batch) -> GrammarSamplingArgs:
