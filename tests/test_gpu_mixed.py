@@ -13,9 +13,8 @@ from __future__ import annotations
 import pytest
 import torch
 from test_gpu_attention import HAS_GPU, greedy_tokens, qwen3_h128, random_prompts  # noqa: F401
-from test_gpu_parity import MAX_TOKENS, hf_tokens, prompts
+from test_gpu_parity import MAX_TOKENS, float32_llm, hf_tokens, prompts
 
-from conftest import TINY_MODELS, require_model
 from minisgl.core import SamplingParams
 
 pytestmark = [
@@ -32,19 +31,8 @@ MODES = {
 
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_mixed_and_optimistic_give_transformers_tokens_on_cuda_in_float32(mode):
-    from minisgl.llm import LLM
-
-    path = require_model(TINY_MODELS["qwen3"])
-    with LLM(
-        str(path),
-        device="cuda",
-        dtype=torch.float32,
-        attention_backend="torch",
-        num_pages=200,  # well under the nine requests' worst cases: optimistic runs preempt
-        max_running_req=16,
-        show_progress=False,
-        **MODES[mode],
-    ) as llm:
+    # 200 pages: well under the nine requests' worst cases, so optimistic runs preempt
+    with float32_llm(num_pages=200, **MODES[mode]) as llm:
         outs = llm.generate(prompts(), SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True))
         preemptor = getattr(llm.scheduler.pick_batch, "preemptor", None)
         preemptions = preemptor.preemptions if preemptor else 0

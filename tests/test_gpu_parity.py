@@ -8,12 +8,16 @@ tokens transformers gives (also on CUDA, in float32). Skipped without CUDA.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
 
 from conftest import TINY_MODELS, require_model, shared_prefix_prompts
 from minisgl.core import SamplingParams
+
+if TYPE_CHECKING:
+    from minisgl.llm import LLM
 
 pytestmark = [
     pytest.mark.gpu,
@@ -54,21 +58,26 @@ def hf_tokens() -> tuple[tuple[int, ...], ...]:
     return tuple(out)
 
 
-@pytest.mark.parametrize("mode", sorted(MODES))
-def test_greedy_tokens_equal_transformers_on_cuda_in_float32(mode):
+def float32_llm(**config: object) -> LLM:
+    """The tiny Qwen3 on CUDA in float32 with the torch backend, where every scheduler mode
+    (and every later chapter's) must give exactly transformers' tokens; `config` adds to or
+    overrides these settings."""
     from minisgl.llm import LLM
 
-    path = require_model(TINY_MODELS["qwen3"])
-    with LLM(
-        str(path),
+    settings: dict[str, object] = dict(
         device="cuda",
         dtype=torch.float32,
         attention_backend="torch",
         num_pages=4096,
         max_running_req=16,
         show_progress=False,
-        **MODES[mode],
-    ) as llm:
+    )
+    return LLM(str(require_model(TINY_MODELS["qwen3"])), **(settings | config))
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_greedy_tokens_equal_transformers_on_cuda_in_float32(mode):
+    with float32_llm(**MODES[mode]) as llm:
         outs = llm.generate(prompts(), SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True))
     ours = tuple(tuple(out["token_ids"]) for out in outs)
     matched = sum(a == b for a, b in zip(ours, hf_tokens()))
