@@ -24,6 +24,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -54,19 +55,28 @@ KERNELS = (
 PREFILL_CASES = ((1, 4096, 0), (8, 512, 0), (4, 512, 3584))
 
 
-def decode_runner(
-    kernel: str, batch_size: int, context: int, page_size: int, layout: str
-) -> Callable[[], torch.Tensor]:
-    """A function that runs one decode of `kernel` over a random pool (the same values for the
-    same batch, context, page size and layout, whatever the kernel)."""
-    import flashinfer
+class RandomPool(NamedTuple):
+    """Random bf16 keys and values of `batch` requests of `context` tokens each, on shuffled
+    pages of a pool, FlashInfer's CSR lists of them, and random queries."""
 
+    pages: torch.Tensor  # [num_pages] int32 on the GPU: request i owns its i-th run of pages
+    k_cache: torch.Tensor  # [num_pages, page_size, kv heads, head dim] (NHD) or HND
+    v_cache: torch.Tensor
+    q: torch.Tensor  # [queries, heads, head dim]
+    kv_indptr: torch.Tensor  # [batch + 1] int32 on the host
+    last_page_len: torch.Tensor  # [batch] int32 on the host
+
+
+def random_pool(
+    batch_size: int, context: int, page_size: int, layout: str, queries: int, seed: int
+) -> RandomPool:
+    """The same pool for the same arguments, whichever kernel reads it."""
     device = torch.device("cuda")
     pages_per_req = -(-context // page_size)
     num_pages = batch_size * pages_per_req
-    generator = torch.Generator(device="cpu").manual_seed(0)
+    generator = torch.Generator(device="cpu").manual_seed(seed)
     pages = torch.randperm(num_pages, generator=generator).to(device, torch.int32)
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     shape = (
         (num_pages, page_size, KV_HEADS, HEAD_DIM)
         if layout == "NHD"
@@ -74,15 +84,31 @@ def decode_runner(
     )
     k_cache = torch.randn(shape, dtype=torch.bfloat16, device=device)
     v_cache = torch.randn(shape, dtype=torch.bfloat16, device=device)
-    q = torch.randn(batch_size, HEADS, HEAD_DIM, dtype=torch.bfloat16, device=device)
-    workspace = torch.zeros(128 * 2**20, dtype=torch.uint8, device=device)
+    q = torch.randn(queries, HEADS, HEAD_DIM, dtype=torch.bfloat16, device=device)
+    kv_indptr = torch.arange(0, num_pages + 1, pages_per_req, dtype=torch.int32)
+    last_page_len = torch.full(
+        (batch_size,), context - (pages_per_req - 1) * page_size, dtype=torch.int32
+    )
+    return RandomPool(pages, k_cache, v_cache, q, kv_indptr, last_page_len)
+
+
+def decode_runner(
+    kernel: str, batch_size: int, context: int, page_size: int, layout: str
+) -> Callable[[], torch.Tensor]:
+    """A function that runs one decode of `kernel` over a random pool (the same values for the
+    same batch, context, page size and layout, whatever the kernel)."""
+    import flashinfer
+
+    pool = random_pool(batch_size, context, page_size, layout, queries=batch_size, seed=0)
+    q, k_cache, v_cache, pages = pool.q, pool.k_cache, pool.v_cache, pool.pages
+    workspace = torch.zeros(128 * 2**20, dtype=torch.uint8, device=q.device)
     if kernel in TRITON_DECODE:
         return triton_decode_runner(TRITON_DECODE[kernel], q, k_cache, v_cache, pages, context)
     if kernel == "xqa":
         from flashinfer.decode import xqa_batch_decode_with_kv_cache
 
-        block_tables = pages.view(batch_size, pages_per_req)
-        seq_lens = torch.full((batch_size,), context, dtype=torch.uint32, device=device)
+        block_tables = pages.view(batch_size, -1)
+        seq_lens = torch.full((batch_size,), context, dtype=torch.uint32, device=q.device)
         return lambda: xqa_batch_decode_with_kv_cache(
             q,
             (k_cache, v_cache),
@@ -93,10 +119,6 @@ def decode_runner(
             bmm1_scale=HEAD_DIM**-0.5,
             kv_layout=layout,
         )
-    indptr = torch.arange(0, num_pages + 1, pages_per_req, dtype=torch.int32)
-    last_page_len = torch.full(
-        (batch_size,), context - (pages_per_req - 1) * page_size, dtype=torch.int32
-    )
     wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
         workspace,
         kv_layout=layout,
@@ -104,9 +126,9 @@ def decode_runner(
         backend="fa3" if kernel == "flashinfer-fa3" else "auto",
     )
     wrapper.plan(
-        indptr,
+        pool.kv_indptr,
         pages,
-        last_page_len,
+        pool.last_page_len,
         HEADS,
         KV_HEADS,
         HEAD_DIM,
@@ -157,17 +179,10 @@ def prefill_runner(
 
     from minisgl.kernels.paged_attention import prefill_attention
 
-    device = torch.device("cuda")
     context = cached + extend
-    pages_per_req = -(-context // page_size)
-    num_pages = batch_size * pages_per_req
-    generator = torch.Generator(device="cpu").manual_seed(1)
-    pages = torch.randperm(num_pages, generator=generator).to(device, torch.int32)
-    torch.manual_seed(1)
-    shape = (num_pages, page_size, KV_HEADS, HEAD_DIM)
-    k_cache = torch.randn(shape, dtype=torch.bfloat16, device=device)
-    v_cache = torch.randn(shape, dtype=torch.bfloat16, device=device)
-    q = torch.randn(batch_size * extend, HEADS, HEAD_DIM, dtype=torch.bfloat16, device=device)
+    pool = random_pool(batch_size, context, page_size, "NHD", batch_size * extend, seed=1)
+    q, k_cache, v_cache, pages = pool.q, pool.k_cache, pool.v_cache, pool.pages
+    device = q.device
     qo_indptr = torch.arange(0, batch_size * extend + 1, extend, dtype=torch.int32)
     if kernel == "triton-prefill":
         table = slot_table(pages, batch_size, page_size, context)
@@ -181,15 +196,11 @@ def prefill_runner(
         )
     workspace = torch.zeros(128 * 2**20, dtype=torch.uint8, device=device)
     wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD", backend="fa2")
-    kv_indptr = torch.arange(0, num_pages + 1, pages_per_req, dtype=torch.int32)
-    last_page_len = torch.full(
-        (batch_size,), context - (pages_per_req - 1) * page_size, dtype=torch.int32
-    )
     wrapper.plan(
         qo_indptr,
-        kv_indptr,
+        pool.kv_indptr,
         pages,
-        last_page_len,
+        pool.last_page_len,
         HEADS,
         KV_HEADS,
         HEAD_DIM,

@@ -8,6 +8,7 @@
 #   benchmark/run_gpu.sh profile                             # a prefill and a decode step's kernels
 #   benchmark/run_gpu.sh attention,launch                    # FlashInfer's decode alone; launch costs
 #   benchmark/run_gpu.sh decode_kernels                      # the workload per decode kernel
+#   benchmark/run_gpu.sh pyspy                               # the host's time, sampled
 #   benchmark/run_gpu.sh paged_attention                     # chapter 22: GPU tests, Triton vs FlashInfer
 #   benchmark/run_gpu.sh tp                                  # on nvidia-h200-x2: TP=1 and TP=2
 #   benchmark/run_gpu.sh structured                          # chapter 25: the grammar mask's cost
@@ -70,6 +71,11 @@ for stage in ${STAGES//,/ }; do
     decode_kernels)  # the official workload with each of FlashInfer's decode kernels, one run
       python3 benchmark/flashinfer_decode.py --choices "${DECODE_CHOICES:-tensor-cores,cuda-cores}" \
           --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/decode_kernels.log" ;;
+    pyspy)  # where the host's time goes over the official workload: py-spy's samples (200 a
+      # second, every Python stack with its line) as collapsed stacks, one line per stack
+      /tmp/site/bin/py-spy record -r 200 -f raw -o "$OUT/pyspy_official.txt" -- \
+          python3 benchmark/offline.py --workload official --model random-qwen3-0.6b \
+          --dtype bfloat16 --variants minisgl 2>&1 | tee "$OUT/pyspy.log" ;;
     launch)  # the host's cost of each kind of launch, and of one prefill forward
       python3 benchmark/launch_costs.py --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/launch.log" ;;
     profile)  # one prefill and one decode step under torch.profiler: kernels and their time
