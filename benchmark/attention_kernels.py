@@ -32,6 +32,7 @@ from minisgl.benchmark import append_result
 from minisgl.kernels.paged_attention import DecodeConfig
 
 HEADS, KV_HEADS, HEAD_DIM = 16, 8, 128
+XQA_PAGE_SIZES = (16, 32, 64, 128)  # the pages flashinfer 0.6.6's XQA compiles for
 # Chapter 22's decode in three tilings, so one GPU run can pick the best: the default (blocks of
 # 64 keys, 4 warps, splits for 2 programs per SM), small blocks with more programs in flight,
 # and large blocks with 8 warps.
@@ -255,6 +256,7 @@ def main() -> int:
                 for page_size in map(int, args.page_sizes.split(","))
                 for layout in args.layouts.split(",")
                 if layout == "NHD" or kernel not in TRITON_DECODE  # minisgl's pool is NHD
+                if kernel != "xqa" or page_size in XQA_PAGE_SIZES
             ]
             references: dict[tuple[int, str], torch.Tensor] = {}
             for kernel, page_size, layout in variants:
