@@ -13,9 +13,9 @@ For each k of `--ks` (0: plain decoding) one engine serves every workload and ba
 same prompts run at each k, and every run's tokens are compared with k = 0's (greedy decoding
 gives the same tokens with or without drafts; in bfloat16 a verify step's extend rounds
 differently from plain decode steps, so a long sequence may part). Acceptance is accepted
-drafts / drafted tokens; tokens per step is what a request gets from one decode step on average (1 when
-plain: the output tokens but each request's first, from prefill, over the request-steps). Each result line
-carries the command, the machine and the date (`--json`).
+drafts / drafted tokens; tokens per step is what a request gets from one decode step on
+average (1 when plain: the output tokens but each request's first, from prefill, over the
+request-steps). Each result line carries the command, the machine and the date (`--json`).
 """
 
 from __future__ import annotations
@@ -121,7 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(n) for n in args.batch_sizes.split(",")]
     workloads = args.workloads.split(",")
     plain: dict[tuple[str, int], list[list[int]]] = {}
-    print(f"{'workload':<9}{'batch':>6}{'k':>3}{'tok/s':>10}{'accept':>8}{'tok/step':>9}{'same':>6}")
+    print(
+        f"{'workload':<9}{'batch':>6}{'k':>3}{'tok/s':>10}{'accept':>8}{'tok/step':>9}{'same':>6}"
+    )
     for k in ks:
         with LLM(
             str(model),
@@ -156,14 +158,19 @@ def main(argv: list[str] | None = None) -> int:
                         "acceptance": counters["accepted"] / counters["drafted"]
                         if counters["drafted"]
                         else None,
-                        "tokens_per_step": (output_tokens - len(prompts)) / max(counters["decode_rows"], 1),
+                        "tokens_per_step": (output_tokens - len(prompts))
+                        / max(counters["decode_rows"], 1),
                         "same_tokens_share": None
                         if reference is None
                         else sum(a == b for a, b in zip(tokens, reference)) / len(tokens),
                         **counters,
                     }
                     accept = "-" if record["acceptance"] is None else f"{record['acceptance']:.2f}"
-                    same = "-" if record["same_tokens_share"] is None else f"{record['same_tokens_share']:.2f}"
+                    same = (
+                        "-"
+                        if record["same_tokens_share"] is None
+                        else f"{record['same_tokens_share']:.2f}"
+                    )
                     print(
                         f"{workload:<9}{size:>6}{k:>3}{record['tokens_per_s']:>10.1f}"
                         f"{accept:>8}{record['tokens_per_step']:>9.2f}{same:>6}"

@@ -70,9 +70,7 @@ def test_flashinfer_spec_with_and_without_graphs_agree_and_start_like_plain(qwen
     prompts_ = copy_prompts(8)
     plain, _, _ = run(qwen3_h128, prompts_, 32, **common)
     graphs, _, stats = run(qwen3_h128, prompts_, 32, speculative_tokens=4, **common)
-    eager, _, _ = run(
-        qwen3_h128, prompts_, 32, speculative_tokens=4, cuda_graph_max_bs=0, **common
-    )
+    eager, _, _ = run(qwen3_h128, prompts_, 32, speculative_tokens=4, cuda_graph_max_bs=0, **common)
     same = sum(a == b for ta, tb in zip(plain, graphs) for a, b in zip(ta, tb))
     print(
         f"spec vs plain (bf16): {same} of {8 * 32} tokens equal; "
