@@ -242,13 +242,6 @@ def test_the_picker_drafts_only_for_greedy_plain_decode_batches() -> None:
     assert isinstance(batch, VerifyBatch) and batch.drafts == [[1, 2, 2, 2]]
 
 
-def test_spec_is_off_by_default_and_turns_overlap_off_when_on() -> None:
-    plain = make_scheduler(speculative_tokens=0, enable_overlap=True)
-    assert not isinstance(plain.pick_batch, SpeculativeDecoder) and plain.overlap
-    spec = make_scheduler(enable_overlap=True)
-    assert isinstance(spec.pick_batch, SpeculativeDecoder) and not spec.overlap
-
-
 # ----- whole runs with a drafter that knows the answer ---------------------------------------
 
 
@@ -404,11 +397,14 @@ def test_every_mode_gives_transformers_greedy_tokens_with_drafts_on(mode: str) -
     stats = decoder(scheduler).stats
     assert stats.drafted > 0 and stats.verify_steps > 0
     assert scheduler.status().used_pages == 0
+    assert not scheduler.overlap, "drafts need the last step's tokens: no overlap"
     if mode == "optimistic":
         assert decoder(scheduler).inner.preemptor.preemptions > 0, "the pool was tight enough"
 
 
 def test_the_ngram_drafter_gets_drafts_accepted_on_text_that_repeats() -> None:
+    plain = make_scheduler(speculative_tokens=0, enable_overlap=True)
+    assert not isinstance(plain.pick_batch, SpeculativeDecoder) and plain.overlap  # off: as before
     scheduler = make_scheduler(cache_type="radix", num_pages=1024)
     prompts = [base * 4 for base in random_prompts(0, 4, longest=8)]
     tokens = run(scheduler, prompts, [40] * 4)
