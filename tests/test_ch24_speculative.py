@@ -88,7 +88,7 @@ def reference_drafts(tokens: list[int], k: int, max_n: int, min_n: int) -> list[
         for start in range(len(tokens) - n - 1, -1, -1):
             if tokens[start : start + n] == suffix:
                 follow = tokens[start + n : start + n + k]
-                return follow + [follow[-1]] * (k - len(follow))
+                return follow + [tokens[-1]] * (k - len(follow))
     return [tokens[-1]] * k
 
 
@@ -179,20 +179,21 @@ def test_roll_back_sets_the_ledger_and_frees_exactly_the_pages_beyond(
 
 
 def test_draft_counts_cap_at_remain_len_minus_one_and_fall_back_when_no_room() -> None:
-    scheduler = make_scheduler(page_size=2, speculative_tokens=3)
+    scheduler = make_scheduler(page_size=4, speculative_tokens=4)
     spec = decoder(scheduler)
     reqs = [
-        Req(torch.arange(6, dtype=torch.int32), 0, 5, 10, 0, greedy(10)),  # remain 10
-        Req(torch.arange(6, dtype=torch.int32), 1, 5, 3, 1, greedy(3)),  # remain 3
-        Req(torch.arange(6, dtype=torch.int32), 2, 5, 1, 2, greedy(1)),  # remain 1
+        Req(torch.arange(5, dtype=torch.int32), 0, 4, 10, 0, greedy(10)),  # remain 10
+        Req(torch.arange(5, dtype=torch.int32), 1, 4, 3, 1, greedy(3)),  # remain 3
+        Req(torch.arange(5, dtype=torch.int32), 2, 4, 1, 2, greedy(1)),  # remain 1
     ]
-    assert spec.draft_counts(reqs) == [3, 2, 0]
+    assert spec.draft_counts(reqs) == [4, 2, 0]
     assert spec.draft_counts(reqs[2:]) is None  # nobody can take a draft
     cache = scheduler.cache_manager
-    # pages from ceil(5 / 2) = 3 up to ceil(9 / 2) = 5 and ceil(8 / 2) = 4: 3 pages, 6 slots
+    # The step computes positions 4..8, 4..6 and 4: pages from ceil(4 / 4) = 1 up to
+    # ceil(9 / 4) = 3, ceil(7 / 4) = 2 and ceil(5 / 4) = 2: 2 + 1 + 1 = 4 pages.
+    cache.free_slots = cache.free_slots[:4]
+    assert spec.draft_counts(reqs) == [4, 2, 0]
     cache.free_slots = cache.free_slots[:3]
-    assert spec.draft_counts(reqs) == [3, 2, 0]
-    cache.free_slots = cache.free_slots[:2]
     assert spec.draft_counts(reqs) is None
 
 
@@ -396,6 +397,7 @@ def test_every_mode_gives_transformers_greedy_tokens_with_drafts_on(mode: str) -
         assert got == hf_greedy_cached(QWEN3, p, m)
     stats = decoder(scheduler).stats
     assert stats.drafted > 0 and stats.verify_steps > 0
+    assert scheduler.status().generated_tokens == sum(max_tokens)
     assert scheduler.status().used_pages == 0
     assert not scheduler.overlap, "drafts need the last step's tokens: no overlap"
     if mode == "optimistic":

@@ -1,6 +1,6 @@
 def propose_drafts(tokens: list[int], k: int, max_n: int, min_n: int) -> list[int]:
     """Exactly k drafts: what followed the most recent earlier occurrence of the last n
-    tokens (the longest n first), padded by repeating the last token."""
+    tokens (the longest n first), padded by repeating the sequence's last token."""
     if k == 0:
         return []
     proposal: list[int] = []
@@ -12,5 +12,4 @@ def propose_drafts(tokens: list[int], k: int, max_n: int, min_n: int) -> list[in
                 break
         if proposal:
             break
-    pad = proposal[-1] if proposal else tokens[-1]
-    return proposal + [pad] * (k - len(proposal))
+    return proposal + [tokens[-1]] * (k - len(proposal))

@@ -53,7 +53,7 @@ def reference(tokens, k, max_n, min_n):
         for start in range(len(tokens) - n - 1, -1, -1):
             if tokens[start : start + n] == tokens[-n:]:
                 follow = tokens[start + n : start + n + k]
-                return follow + [follow[-1]] * (k - len(follow))
+                return follow + [tokens[-1]] * (k - len(follow))
     return [tokens[-1]] * k
 
 

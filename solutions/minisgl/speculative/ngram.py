@@ -17,10 +17,10 @@ def propose_drafts(tokens: torch.Tensor, k: int, max_n: int, min_n: int) -> list
     Try n = max_n down to min_n (never more than len(tokens) - 1): find the most recent earlier
     occurrence of the last n tokens (one that starts before the suffix itself does) and
     propose the up to k tokens that followed it. The first n that matches wins. A proposal
-    shorter than k (the match ended near the sequence's end), or no match at all, is padded by
-    repeating its last token (the sequence's last one when nothing matched): every request
-    then verifies exactly k drafts, and a padded draft is simply rejected when it is wrong.
-    Only tokens of the sequence are read.
+    shorter than k (the match was followed by the sequence's end), or no match at all, is
+    padded by repeating the sequence's last token: every request then verifies exactly k
+    drafts, and a padded draft is simply rejected when it is wrong. Only tokens of the
+    sequence are read.
     """
     if k == 0:
         return []
@@ -35,5 +35,5 @@ def propose_drafts(tokens: torch.Tensor, k: int, max_n: int, min_n: int) -> list
             follow = int(starts[-1]) + n  # the most recent match is followed from here
             proposal = tokens[follow : follow + k].tolist()
             break
-    pad = proposal[-1] if proposal else int(tokens[-1])
-    return proposal + [pad] * (k - len(proposal))
+    # A short proposal ran into the sequence's end: its last token is the sequence's too.
+    return proposal + [int(tokens[-1])] * (k - len(proposal))

@@ -71,7 +71,10 @@ class SpeculativeStats:
 
 
 def verifiable(req: Req) -> bool:
-    """A greedy request with chapter 1's plain SamplingParams (no later chapter's rules)."""
+    """True for a greedy request whose parameters are chapter 1's plain SamplingParams.
+
+    Greedy: `is_greedy`. Plain: the type is exactly SamplingParams, not a subclass (a later
+    chapter's rules, such as a grammar, whose state would have to be rolled back too)."""
     return type(req.sampling_params) is SamplingParams and req.sampling_params.is_greedy
 
 
@@ -93,16 +96,25 @@ class SpeculativeDecoder:
         scheduler.overlap = False  # drafts are made from the tokens of the step before
 
     def __call__(self) -> Batch | None:
+        """The next batch: the inner picker's, with a decode batch turned into a verify batch.
+
+        A prefill (or mixed) batch, None, or a decode batch with a request that is not
+        `verifiable` is returned as it is. Otherwise `draft` the batch's requests; when it
+        returns None (no drafts this step), the decode batch runs plainly."""
         batch = self.inner()
         if batch is None or not batch.is_decode or not all(map(verifiable, batch.reqs)):
             return batch
         return self.draft(batch.reqs) or batch
 
     def draft_counts(self, reqs: list[Req]) -> list[int] | None:
-        """Drafts per request: k, but at most remain_len - 1 (a step yields up to drafts + 1
-        tokens, and no request may go past max_tokens, nor get slots beyond its worst case).
-        None when no request can take a draft, or when the drafts' pages are not available
-        now (optimistic admission may have left fewer): then the step decodes plainly."""
+        """How many drafts each request takes this step, or None for a plain decode step.
+
+        Each takes k, but at most remain_len - 1: a step yields up to drafts + 1 tokens, and no
+        request may go past max_tokens, nor get slots beyond the worst case admission reserved.
+        None when no request can take a draft, or when the pages the step would allocate
+        (from ceil(cached_len / page) to ceil((device_len + drafts) / page) per request) need
+        more slots than the cache manager's available_size (optimistic admission may leave
+        fewer): then the step decodes plainly."""
         counts = [min(self.k, req.remain_len - 1) for req in reqs]
         if not any(counts):
             return None
@@ -116,9 +128,14 @@ class SpeculativeDecoder:
         return counts
 
     def draft(self, reqs: list[Req]) -> VerifyBatch | None:
-        """The verify batch of `reqs`: each request's drafts (`propose_drafts` on its host
-        sequence) written into its token-pool row at [device_len, device_len + n), and its
-        device_len moved past them, so that the step computes [cached_len, device_len)."""
+        """Make the verify batch of `reqs`, or None when `draft_counts` says no drafts.
+
+        Each request's n drafts come from `propose_drafts` on its host sequence (input_ids)
+        with the config's n-gram sizes; they are written into its token-pool row at
+        [device_len, device_len + n) (one indexed write: `write_tokens`), and its device_len
+        moves past them, so that chapter 7's preparation computes [cached_len, device_len).
+        The host sequence is not touched. The batch is a VerifyBatch in the "prefill" phase
+        (an extend to every attention backend) holding the drafts in batch order."""
         counts = self.draft_counts(reqs)
         if counts is None:
             return None
@@ -146,8 +163,14 @@ class SpeculativeDecoder:
         pool[index] = make_device_tensor(values, pool.dtype, device)
 
     def forward(self, forward_input: ForwardInput) -> ForwardOutput:
-        """Run a verify batch with the logits of every token (all its rows are `last_indices`),
-        greedy choices for all of them; any other batch as the scheduler does."""
+        """Run a verify batch, keeping every token's logits; pass any other batch on.
+
+        A batch that is not a VerifyBatch goes to `plain_forward`. A verify batch's
+        attn_metadata.last_indices becomes every token's row (0 .. tokens - 1, on the
+        batch's device), so the model returns the logits of all of them and the engine's
+        `forward_batch` gives the greedy choice after each token. Record the step in the
+        scheduler's stats as ("decode", requests, tokens). The ledgers do not move here:
+        `process` rolls them to what was kept."""
         batch = forward_input.batch
         if not isinstance(batch, VerifyBatch):
             return self.plain_forward(forward_input)
@@ -159,11 +182,19 @@ class SpeculativeDecoder:
         return output
 
     def process(self, data: ForwardData | None) -> list[TokenOutput]:
-        """Settle a verify batch: per request, accept the drafts the model agrees with, emit
-        the accepted drafts and the model's next token (stopping at EOS or max_tokens, as
-        plain decoding would), roll the ledger and pages back to the emitted tokens, and write
-        the newest token into the token pool. Finished requests leave and free their row and
-        KV, as in chapter 7. Any other batch is settled as the scheduler does."""
+        """Settle a verify batch's results; pass any other batch (or None) on.
+
+        Wait for the copy's event; each request's choices are its drafts + 1 consecutive
+        tokens of next_tokens_cpu. Inside one `lazy_free_region`, per request: count the
+        accepted drafts (`accepted_length`), then append the accepted drafts and the model's
+        next token one by one (`append_host`), each checked by the scheduler's
+        `_finish_reason` and reported as a TokenOutput, stopping at the first that finishes.
+        Record the drafted and accepted counts (`self.stats.record`), `roll_back` the ledger
+        and pages to the host sequence's length; a finished request leaves the running set
+        and frees its row and KV (`_free_req_resources`), the others get their newest token
+        written into the token pool at device_len - 1 (one write for the batch). Afterwards
+        count the verify step, set the scheduler's finished_reqs to this step's finishers and
+        add the outputs to its generated_tokens."""
         if data is None or not isinstance(data[0].batch, VerifyBatch):
             return self.plain_process(data)
         scheduler = self.scheduler

@@ -34,8 +34,7 @@ def accepted_length(drafts: list[int], choices: list[int]) -> int:
 
 
 def roll_back(cache_manager: CacheManager, req: Req, seq_len: int) -> None:
-    """Shrink a verified request's ledger to its sequence of `seq_len` tokens; free the pages
-    wholly beyond it.
+    """Shrink a verified request's ledger to its `seq_len` kept tokens; free the pages beyond.
 
     Before: the ledger covers the last token and every draft (the verify step computed
     [cached_len, device_len)), and pages are allocated up to device_len. After: device_len =

@@ -17,9 +17,9 @@ def propose_drafts(tokens: torch.Tensor, k: int, max_n: int, min_n: int) -> list
     Try n = max_n down to min_n (never more than len(tokens) - 1): find the most recent earlier
     occurrence of the last n tokens (one that starts before the suffix itself does) and
     propose the up to k tokens that followed it. The first n that matches wins. A proposal
-    shorter than k (the match ended near the sequence's end), or no match at all, is padded by
-    repeating its last token (the sequence's last one when nothing matched): every request
-    then verifies exactly k drafts, and a padded draft is simply rejected when it is wrong.
-    Only tokens of the sequence are read.
+    shorter than k (the match was followed by the sequence's end), or no match at all, is
+    padded by repeating the sequence's last token: every request then verifies exactly k
+    drafts, and a padded draft is simply rejected when it is wrong. Only tokens of the
+    sequence are read.
     """
     raise NotImplementedError("ch24: Exactly k draft tokens for the sequence `tokens` (1-D, on the CPU).")
