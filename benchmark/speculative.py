@@ -14,8 +14,8 @@ same prompts run at each k, and every run's tokens are compared with k = 0's (gr
 gives the same tokens with or without drafts; in bfloat16 a verify step's extend rounds
 differently from plain decode steps, so a long sequence may part). Acceptance is accepted
 drafts / drafted tokens; tokens per step is what a request gets from one decode step on
-average (1 when plain: the output tokens but each request's first, from prefill, over the
-request-steps). Each result line carries the command, the machine and the date (`--json`).
+average: the output tokens but each request's first (from prefill) over the request-steps;
+about 1 when plain (with overlap, a request that stops at EOS costs one request-step more). Each result line carries the command, the machine and the date (`--json`).
 """
 
 from __future__ import annotations
