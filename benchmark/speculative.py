@@ -15,7 +15,8 @@ gives the same tokens with or without drafts; in bfloat16 a verify step's extend
 differently from plain decode steps, so a long sequence may part). Acceptance is accepted
 drafts / drafted tokens; tokens per step is what a request gets from one decode step on
 average: the output tokens but each request's first (from prefill) over the request-steps;
-about 1 when plain (with overlap, a request that stops at EOS costs one request-step more). Each result line carries the command, the machine and the date (`--json`).
+about 1 when plain (with overlap, a request that stops at EOS costs one request-step more).
+Each result line carries the command, the machine and the date (`--json`).
 """
 
 from __future__ import annotations
