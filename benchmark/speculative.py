@@ -37,6 +37,7 @@ from minisgl.llm import LLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from offline import DEFAULT_MODEL, RANDOM_MODEL, resolve_model  # noqa: E402
+from structured import chat_prompt  # noqa: E402
 
 PASSAGES = [
     "The river rises in the hills above the town and runs east for forty miles before it meets "
@@ -57,15 +58,6 @@ TASKS = [
     "Rewrite the following text with a title on its first line, keeping every sentence:\n\n{}",
     "Correct any mistakes in the following text and write it out in full:\n\n{}",
 ]
-
-
-def chat_prompt(tokenizer: Any, question: str) -> str:
-    """The question in the model's chat template; plain text where the tokenizer has none."""
-    if tokenizer.chat_template is None:
-        return question
-    return tokenizer.apply_chat_template(
-        [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=False
-    )
 
 
 def copy_prompts(tokenizer: Any, count: int) -> list[list[int]]:

@@ -14,6 +14,7 @@ tensor-parallel ranks.
 
 from __future__ import annotations
 
+import itertools
 import random
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from conftest import (
     hf_greedy_cached,
     load_tokenizer,
     require_model,
+    run_until_idle,
 )
 
 from minisgl.core import Batch, Req, SamplingParams
@@ -61,14 +63,11 @@ def random_prompts(seed: int, count: int, longest: int = 30) -> list[list[int]]:
 
 
 def run(scheduler: Scheduler, prompts: list[list[int]], max_tokens: list[int]) -> list[list[int]]:
+    """Queue every prompt, step until idle (the integrity check passes), each one's tokens."""
     uids = [scheduler.add_request(p, greedy(m)) for p, m in zip(prompts, max_tokens)]
     tokens: dict[int, list[int]] = {uid: [] for uid in uids}
-    steps = 0
-    while scheduler.has_work:
-        steps += 1
-        assert steps < 500, "the scheduler never finished"
-        for out in scheduler.step():
-            tokens[out.uid].append(out.token)
+    for out in itertools.chain.from_iterable(run_until_idle(scheduler)):
+        tokens[out.uid].append(out.token)
     assert scheduler.status().integrity_ok
     return [tokens[uid] for uid in uids]
 
