@@ -299,7 +299,12 @@ def test_each_verify_step_emits_the_accepted_drafts_and_one_more_and_rolls_back(
         assert row.tolist() == prompt + got
         # whatever the tree holds of it, the request's pages are those of [0, cached_len)
         cache = scheduler.cache_manager
-        assert cache.num_free_pages == cache.num_pages - div_ceil(req.cached_len, page_size)
+        owned = div_ceil(req.cached_len, page_size)
+        assert cache.num_free_pages == cache.num_pages - owned
+        # the row names `owned` distinct pages, none of them on the free list
+        firsts = cache.page_table[req.table_idx, : owned * page_size : page_size].tolist()
+        assert len(set(firsts)) == owned and all(f % page_size == 0 for f in firsts)
+        assert not set(firsts) & set(cache.free_slots.tolist()), "a page in use is free"
     assert got == truth
     assert scheduler.status().integrity_ok
     stats = spec.stats
