@@ -25,12 +25,13 @@ import argparse
 import os
 import random
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from minisgl.benchmark import append_result
+from minisgl.benchmark import append_result, percentile
 from minisgl.benchmark.offline import release_gpu_memory, timed
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
@@ -83,12 +84,32 @@ def run_one(
     steps, drafted, accepted = len(scheduler.stats.steps), 0, 0
     if spec is not None:
         drafted, accepted = spec.drafted, spec.accepted
-    outputs, seconds = timed(lambda: llm.generate(prompts, params), warmup=lambda: None)
+    step_ms: list[float] = []
+    step = scheduler.step
+
+    def timed_step() -> list:
+        """A step, timed when it launched a decode step (plain or verify)."""
+        launched = len(scheduler.stats.steps)
+        start = time.perf_counter()
+        outputs = step()
+        if len(scheduler.stats.steps) > launched and scheduler.stats.steps[-1][0] == "decode":
+            step_ms.append((time.perf_counter() - start) * 1000)
+        return outputs
+
+    scheduler.step = timed_step  # type: ignore[method-assign]
+    try:
+        outputs, seconds = timed(lambda: llm.generate(prompts, params), warmup=lambda: None)
+    finally:
+        del scheduler.step  # the class's again
     counters = {
         # a decode step of n requests is n request-steps: each gives that request 1..k+1 tokens
         "decode_rows": sum(s[1] for s in scheduler.stats.steps[steps:] if s[0] == "decode"),
         "drafted": spec.drafted - drafted if spec is not None else 0,
         "accepted": spec.accepted - accepted if spec is not None else 0,
+        "decode_steps": len(step_ms),
+        # the median wall time of a step that launched a decode step: with overlap (k = 0) the
+        # step also waits for the previous one, so in a steady state it is one step's time
+        "ms_per_decode_step": percentile(step_ms, 50) if step_ms else None,
     }
     return [o["token_ids"] for o in outputs], seconds, counters
 
@@ -115,14 +136,17 @@ def main(argv: list[str] | None = None) -> int:
     workloads = args.workloads.split(",")
     plain: dict[tuple[str, int], list[list[int]]] = {}
     print(
-        f"{'workload':<9}{'batch':>6}{'k':>3}{'tok/s':>10}{'accept':>8}{'tok/step':>9}{'same':>6}"
+        f"{'workload':<9}{'batch':>6}{'k':>3}{'tok/s':>10}{'accept':>8}{'tok/step':>9}"
+        f"{'ms/step':>9}{'same':>6}"
     )
     for k in ks:
         with LLM(
             str(model),
             dtype=dtype,
             speculative_tokens=k,
-            max_running_req=max(sizes),
+            # CUDA graphs go up to max_running_req rows: room for the largest batch's verify
+            # step as decode rows, k + 1 per request
+            max_running_req=max(sizes) * (max(ks) + 1),
             show_progress=False,
         ) as llm:
             vocab = llm.scheduler.engine.model_config.vocab_size
@@ -164,9 +188,10 @@ def main(argv: list[str] | None = None) -> int:
                         if record["same_tokens_share"] is None
                         else f"{record['same_tokens_share']:.2f}"
                     )
+                    step_ms = record["ms_per_decode_step"] or 0.0
                     print(
                         f"{workload:<9}{size:>6}{k:>3}{record['tokens_per_s']:>10.1f}"
-                        f"{accept:>8}{record['tokens_per_step']:>9.2f}{same:>6}"
+                        f"{accept:>8}{record['tokens_per_step']:>9.2f}{step_ms:>9.2f}{same:>6}"
                     )
                     if args.json:
                         append_result(args.json, record)

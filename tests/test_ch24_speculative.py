@@ -209,6 +209,7 @@ def test_a_decode_batch_becomes_a_verify_batch_with_drafts_in_the_token_pool() -
         table_manager.write_prompt(req)
     batch = spec.draft(reqs)
     assert isinstance(batch, VerifyBatch) and batch.phase == "prefill" and batch.reqs == reqs
+    assert batch.requests == reqs
     assert batch.drafts == [[7, 5, 6], [8]]
     assert [(r.cached_len, r.device_len) for r in reqs] == [(4, 8), (1, 3)]
     assert table_manager.token_pool[3, :8].tolist() == [5, 6, 7, 5, 6, 7, 5, 6]
@@ -455,3 +456,47 @@ def test_two_tensor_parallel_ranks_draft_alike_and_match_transformers() -> None:
     assert stats.drafted > 0
     for p, out in zip(prompts, outputs):
         assert out["token_ids"] == hf_greedy_cached(QWEN3, p, 16)
+
+
+def test_with_decode_graphs_a_verify_step_runs_as_decode_rows_with_the_same_tokens(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a GPU a verify step is laid out as decode rows (`DraftRow`, one per token) when the
+    runner replays graphs for that many rows, else as an extend. Chapter 18's stand-in graphs
+    over chapter 17's stand-in FlashInfer run both layouts here; every token must be
+    transformers'."""
+    from test_ch17_gpu_attention import FakeFlashInfer
+    from test_ch18_cuda_graph import fake_gpu
+
+    fake = FakeFlashInfer()
+    fake_gpu(monkeypatch, fake)
+    prompts = repeating_prompts(13, 6)
+    max_tokens = [6, 9, 12, 16, 20, 24]
+    scheduler = make_scheduler(
+        attention_backend="flashinfer", page_size=4, cuda_graph_max_bs=12, speculative_tokens=3
+    )
+    spec = decoder(scheduler)
+    layouts: list[tuple[str, int, int]] = []
+    draft = spec.draft
+
+    def spy(reqs: list[Req]) -> VerifyBatch | None:
+        batch = draft(reqs)
+        if batch is not None:
+            layouts.append((batch.phase, batch.size, len(batch.requests)))
+            if batch.is_decode:
+                rows = [(r.table_idx, r.cached_len, r.device_len, r.extend_len) for r in batch.reqs]
+                assert rows == [
+                    (q.table_idx, q.cached_len + j, q.cached_len + j + 1, 1)
+                    for q in batch.requests
+                    for j in range(q.extend_len)
+                ], "one row per token, in the extend's order"
+        return batch
+
+    monkeypatch.setattr(spec, "draft", spy)
+    tokens = run(scheduler, prompts, max_tokens)
+    for p, m, got in zip(prompts, max_tokens, tokens):
+        assert got == hf_greedy_cached(QWEN3, p, m)
+    assert ("prefill", 6, 6) in layouts, "24 rows: more than the largest graph, an extend"
+    assert any(phase == "decode" and rows > n for phase, rows, n in layouts), layouts
+    replays = {n: g.replays for n, g in scheduler.engine.runner.graphs.items()}
+    assert sum(replays.values()) >= sum(1 for phase, _, _ in layouts if phase == "decode")

@@ -1,13 +1,14 @@
 """Chapter 24 on a GPU: speculative decoding gives plain decoding's tokens, graphs on and off.
 
-In float32 with the torch backend a spec run must give exactly transformers' tokens, as on the
-CPU (`test_gpu_parity.py`'s prompts and reference). FlashInfer runs 16-bit only: there a verify
-step goes through the prefill wrapper, whose rounding differs from the decode wrapper's, so
-spec and plain runs of a random model may part after a while; their first tokens must agree,
-and a spec run with CUDA graphs must give the same tokens as one without (its verify steps run
-eagerly either way; the plain steps it still has replay the decode graphs). The bf16 smoke
-prints both throughputs and the acceptance. Skipped without CUDA (and, for FlashInfer,
-without flashinfer).
+With CUDA graphs a verify step that fits the largest graph runs as decode rows, one per token
+(`DraftRow`), replayed by chapter 18's graphs; otherwise, and without graphs, as an eager
+extend. In float32 both layouts must give exactly transformers' tokens (`test_gpu_parity.py`'s
+prompts and reference): the torch backend (no graphs) and chapter 22's Triton backend, with
+its graphs. FlashInfer runs 16-bit only, where its decode and prefill kernels round
+differently and a random model's sequences part after a while: there the run must finish, lay
+verify steps out as graph rows, and start like plain decoding. The bf16 smoke prints
+throughput and milliseconds per decode step, plain and speculative, at a batch of 1 and 16.
+Skipped without CUDA (and, for FlashInfer, without flashinfer).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from test_gpu_parity import MAX_TOKENS, hf_tokens, prompts
 
 from conftest import TINY_MODELS, require_model
 from minisgl.core import SamplingParams
+from minisgl.speculative.policy import SpeculativeDecoder
 
 pytestmark = [
     pytest.mark.gpu,
@@ -33,64 +35,115 @@ def copy_prompts(count: int) -> list[list[int]]:
     return [[10 + i, 20 + i, 30 + i, 40 + i, 50 + i] * 6 + [10 + i] for i in range(count)]
 
 
+@pytest.fixture
+def layouts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The phase of every verify batch made from now on ("decode": graph rows)."""
+    seen: list[str] = []
+    draft = SpeculativeDecoder.draft
+
+    def spy(self: SpeculativeDecoder, reqs: list) -> object:
+        batch = draft(self, reqs)
+        if batch is not None:
+            seen.append(batch.phase)
+        return batch
+
+    monkeypatch.setattr(SpeculativeDecoder, "draft", spy)
+    return seen
+
+
 def run(model, prompts_, max_tokens: int, **config):
+    """Tokens, seconds of the generate, the speculative stats and the decode steps' ms."""
     from minisgl.llm import LLM
 
-    with LLM(str(model), show_progress=False, max_running_req=16, **config) as llm:
+    with LLM(str(model), show_progress=False, **({"max_running_req": 16} | config)) as llm:
+        scheduler = llm.scheduler
+        step_ms: list[float] = []
+        step = scheduler.step
+
+        def timed_step() -> list:
+            launched = len(scheduler.stats.steps)
+            start = time.perf_counter()
+            outputs = step()
+            if len(scheduler.stats.steps) > launched and scheduler.stats.steps[-1][0] == "decode":
+                step_ms.append((time.perf_counter() - start) * 1000)
+            return outputs
+
+        scheduler.step = timed_step
+        torch.cuda.synchronize()
         start = time.perf_counter()
         outs = llm.generate(prompts_, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
         torch.cuda.synchronize()
         seconds = time.perf_counter() - start
-        stats = getattr(llm.scheduler.pick_batch, "stats", None)
-        assert llm.scheduler.status().integrity_ok
-    return [out["token_ids"] for out in outs], seconds, stats
+        stats = getattr(scheduler.pick_batch, "stats", None)
+        assert scheduler.status().integrity_ok
+    return [out["token_ids"] for out in outs], seconds, stats, sorted(step_ms)
 
 
+@pytest.mark.parametrize("backend", ["torch", "triton"])
 @pytest.mark.parametrize("k", [1, 4])
-def test_spec_gives_transformers_tokens_on_cuda_in_float32(k):
+def test_spec_gives_transformers_tokens_on_cuda_in_float32(backend, k, layouts):
     path = require_model(TINY_MODELS["qwen3"])
-    tokens, _, stats = run(
+    tokens, _, stats, _ = run(
         path,
         prompts(),
         MAX_TOKENS,
         device="cuda",
         dtype=torch.float32,
-        attention_backend="torch",
+        attention_backend=backend,
         speculative_tokens=k,
         page_size=4,
     )
-    print(f"k={k}: {stats.accepted} of {stats.drafted} drafts accepted")
+    print(
+        f"{backend} k={k}: {stats.accepted} of {stats.drafted} drafts accepted; layouts "
+        f"{layouts.count('decode')} as graph rows, {layouts.count('prefill')} as extends"
+    )
     assert stats.drafted > 0
+    if backend == "triton":  # its graphs replay verify steps of up to 16 rows
+        assert layouts.count("decode") > 0
     assert tuple(map(tuple, tokens)) == hf_tokens()
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="needs CUDA and flashinfer")
-def test_flashinfer_spec_with_and_without_graphs_agree_and_start_like_plain(qwen3_h128):  # noqa: F811
+def test_flashinfer_spec_runs_verify_steps_as_graph_rows_and_starts_like_plain(
+    qwen3_h128,  # noqa: F811
+    layouts,
+):
     common = dict(dtype=torch.bfloat16, attention_backend="flashinfer", page_size=16)
-    prompts_ = copy_prompts(8)
-    plain, _, _ = run(qwen3_h128, prompts_, 32, **common)
-    graphs, _, stats = run(qwen3_h128, prompts_, 32, speculative_tokens=4, **common)
-    eager, _, _ = run(qwen3_h128, prompts_, 32, speculative_tokens=4, cuda_graph_max_bs=0, **common)
-    same = sum(a == b for ta, tb in zip(plain, graphs) for a, b in zip(ta, tb))
-    print(
-        f"spec vs plain (bf16): {same} of {8 * 32} tokens equal; "
-        f"{stats.accepted} of {stats.drafted} drafts accepted"
+    prompts_ = copy_prompts(4)  # 4 x (4 + 1) rows: within the largest graph (16)
+    plain, _, _, _ = run(qwen3_h128, prompts_, 32, **common)
+    graphs, _, stats, _ = run(qwen3_h128, prompts_, 32, speculative_tokens=4, **common)
+    graph_layouts = list(layouts)
+    eager, _, _, _ = run(
+        qwen3_h128, prompts_, 32, speculative_tokens=4, cuda_graph_max_bs=0, **common
     )
-    assert [len(t) for t in graphs] == [32] * 8
-    assert graphs == eager
-    assert sum(ta[0] == tb[0] for ta, tb in zip(plain, graphs)) >= 7
+    same = sum(a == b for ta, tb in zip(plain, graphs) for a, b in zip(ta, tb))
+    same_eager = sum(a == b for ta, tb in zip(eager, graphs) for a, b in zip(ta, tb))
+    print(
+        f"spec with graphs vs plain (bf16): {same} of {4 * 32} tokens equal; vs spec without "
+        f"graphs: {same_eager}; {stats.accepted} of {stats.drafted} drafts accepted; "
+        f"{graph_layouts.count('decode')} verify steps as graph rows"
+    )
+    assert [len(t) for t in graphs] == [32] * 4 and [len(t) for t in eager] == [32] * 4
+    assert graph_layouts.count("decode") > 0 and "decode" not in layouts[len(graph_layouts) :]
+    assert all(ta[0] == tb[0] for ta, tb in zip(plain, graphs))
 
 
 @pytest.mark.skipif(not HAS_GPU, reason="needs CUDA and flashinfer")
-def test_bf16_spec_speed_smoke(qwen3_h128):  # noqa: F811
-    common = dict(dtype=torch.bfloat16, attention_backend="flashinfer", page_size=16)
-    prompts_ = copy_prompts(16)
-    run(qwen3_h128, prompts_[:1], 8, **common)  # compile and warm up
-    plain, plain_s, _ = run(qwen3_h128, prompts_, 128, **common)
-    spec, spec_s, stats = run(qwen3_h128, prompts_, 128, speculative_tokens=4, **common)
-    print(
-        f"batch 16 x 128 tokens: plain {16 * 128 / plain_s:.0f} tok/s, spec k=4 "
-        f"{16 * 128 / spec_s:.0f} tok/s, acceptance "
-        f"{stats.acceptance_rate:.2f}"
+@pytest.mark.parametrize("batch", [1, 16])
+def test_bf16_spec_speed_smoke(qwen3_h128, batch):  # noqa: F811
+    common = dict(
+        dtype=torch.bfloat16, attention_backend="flashinfer", page_size=16, max_seq_len=1024
     )
-    assert [len(t) for t in spec] == [128] * 16
+    prompts_ = copy_prompts(batch)
+    for k in (0, 2, 4):
+        # graphs up to max_running_req rows: room for a verify step of every request
+        config = dict(common, speculative_tokens=k, max_running_req=max(16, batch * (k + 1)))
+        run(qwen3_h128, prompts_[:1], 8, **config)  # compile and warm up
+        tokens, seconds, stats, step_ms = run(qwen3_h128, prompts_, 128, **config)
+        assert [len(t) for t in tokens] == [128] * batch
+        rate = stats.acceptance_rate if stats else 0.0
+        print(
+            f"batch {batch}, k={k}: {batch * 128 / seconds:.0f} tok/s, "
+            f"{len(step_ms)} decode steps, median {step_ms[len(step_ms) // 2]:.2f} ms, "
+            f"acceptance {rate:.2f}"
+        )
