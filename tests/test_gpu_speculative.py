@@ -7,7 +7,8 @@ prompts and reference): the torch backend (no graphs) and chapter 22's Triton ba
 its graphs. FlashInfer runs 16-bit only, where its decode and prefill kernels round
 differently and a random model's sequences part after a while: there the run must finish, lay
 verify steps out as graph rows, and start like plain decoding. The bf16 smoke prints
-throughput and milliseconds per decode step, plain and speculative, at a batch of 1 and 16.
+throughput, plain and speculative, at a batch of 1 and 16 (`benchmark/speculative.py`, which
+the same run_gpu.sh stage runs, times the steps).
 Skipped without CUDA (and, for FlashInfer, without flashinfer).
 """
 
@@ -52,38 +53,25 @@ def layouts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def run(model, prompts_, max_tokens: int, **config):
-    """Tokens, seconds of the generate, the speculative stats and the decode steps' ms."""
+    """Tokens, seconds of the generate, and the speculative stats (None when off)."""
     from minisgl.llm import LLM
 
     with LLM(str(model), show_progress=False, **({"max_running_req": 16} | config)) as llm:
-        scheduler = llm.scheduler
-        step_ms: list[float] = []
-        step = scheduler.step
-
-        def timed_step() -> list:
-            launched = len(scheduler.stats.steps)
-            start = time.perf_counter()
-            outputs = step()
-            if len(scheduler.stats.steps) > launched and scheduler.stats.steps[-1][0] == "decode":
-                step_ms.append((time.perf_counter() - start) * 1000)
-            return outputs
-
-        scheduler.step = timed_step
         torch.cuda.synchronize()
         start = time.perf_counter()
         outs = llm.generate(prompts_, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
         torch.cuda.synchronize()
         seconds = time.perf_counter() - start
-        stats = getattr(scheduler.pick_batch, "stats", None)
-        assert scheduler.status().integrity_ok
-    return [out["token_ids"] for out in outs], seconds, stats, sorted(step_ms)
+        stats = getattr(llm.scheduler.pick_batch, "stats", None)
+        assert llm.scheduler.status().integrity_ok
+    return [out["token_ids"] for out in outs], seconds, stats
 
 
 @pytest.mark.parametrize("backend", ["torch", "triton"])
 @pytest.mark.parametrize("k", [1, 4])
 def test_spec_gives_transformers_tokens_on_cuda_in_float32(backend, k, layouts):
     path = require_model(TINY_MODELS["qwen3"])
-    tokens, _, stats, _ = run(
+    tokens, _, stats = run(
         path,
         prompts(),
         MAX_TOKENS,
@@ -110,12 +98,10 @@ def test_flashinfer_spec_runs_verify_steps_as_graph_rows_and_starts_like_plain(
 ):
     common = dict(dtype=torch.bfloat16, attention_backend="flashinfer", page_size=16)
     prompts_ = copy_prompts(4)  # 4 x (4 + 1) rows: within the largest graph (16)
-    plain, _, _, _ = run(qwen3_h128, prompts_, 32, **common)
-    graphs, _, stats, _ = run(qwen3_h128, prompts_, 32, speculative_tokens=4, **common)
+    plain, _, _ = run(qwen3_h128, prompts_, 32, **common)
+    graphs, _, stats = run(qwen3_h128, prompts_, 32, speculative_tokens=4, **common)
     graph_layouts = list(layouts)
-    eager, _, _, _ = run(
-        qwen3_h128, prompts_, 32, speculative_tokens=4, cuda_graph_max_bs=0, **common
-    )
+    eager, _, _ = run(qwen3_h128, prompts_, 32, speculative_tokens=4, cuda_graph_max_bs=0, **common)
     same = sum(a == b for ta, tb in zip(plain, graphs) for a, b in zip(ta, tb))
     same_eager = sum(a == b for ta, tb in zip(eager, graphs) for a, b in zip(ta, tb))
     print(
@@ -139,11 +125,10 @@ def test_bf16_spec_speed_smoke(qwen3_h128, batch):  # noqa: F811
         # graphs up to max_running_req rows: room for a verify step of every request
         config = dict(common, speculative_tokens=k, max_running_req=max(16, batch * (k + 1)))
         run(qwen3_h128, prompts_[:1], 8, **config)  # compile and warm up
-        tokens, seconds, stats, step_ms = run(qwen3_h128, prompts_, 128, **config)
+        tokens, seconds, stats = run(qwen3_h128, prompts_, 128, **config)
         assert [len(t) for t in tokens] == [128] * batch
         rate = stats.acceptance_rate if stats else 0.0
         print(
-            f"batch {batch}, k={k}: {batch * 128 / seconds:.0f} tok/s, "
-            f"{len(step_ms)} decode steps, median {step_ms[len(step_ms) // 2]:.2f} ms, "
-            f"acceptance {rate:.2f}"
+            f"batch {batch}, k={k}: {batch * 128 / seconds:.0f} tok/s, acceptance {rate:.2f} "
+            "(benchmark/speculative.py times the steps)"
         )
