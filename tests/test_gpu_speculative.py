@@ -80,6 +80,8 @@ def test_spec_gives_transformers_tokens_on_cuda_in_float32(backend, k, layouts):
         attention_backend=backend,
         speculative_tokens=k,
         page_size=4,
+        # graphs go up to max_running_req rows: room for 9 requests' verify steps as rows
+        max_running_req=64,
     )
     print(
         f"{backend} k={k}: {stats.accepted} of {stats.drafted} drafts accepted; layouts "
