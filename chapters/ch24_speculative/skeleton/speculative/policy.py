@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from minisgl.core import Batch, Req, SamplingParams
+from minisgl.engine.graph import GraphRunner
 from minisgl.scheduler.scheduler import BATCH_POLICIES, BatchPicker, ForwardData, ForwardInput
 from minisgl.scheduler.utils import TokenOutput
 from minisgl.speculative.ngram import propose_drafts
@@ -35,12 +36,47 @@ if TYPE_CHECKING:
     from minisgl.scheduler.scheduler import Scheduler
 
 
+@dataclass(frozen=True, eq=False)
+class DraftRow:
+    """One token of a verify step laid out as a decode row: `req`'s token at position
+    cached_len, attending to the request's tokens up to it, as a decode step's query does.
+    It has what preparing and running a batch read of a request (its ledger, row, uid and
+    sampling parameters), and never reaches the scheduler's ledgers."""
+
+    req: Req
+    cached_len: int
+
+    @property
+    def device_len(self) -> int:
+        return self.cached_len + 1
+
+    @property
+    def extend_len(self) -> int:
+        return 1
+
+    @property
+    def table_idx(self) -> int:
+        return self.req.table_idx
+
+    @property
+    def uid(self) -> int:
+        return self.req.uid
+
+    @property
+    def sampling_params(self) -> SamplingParams:
+        return self.req.sampling_params
+
+
 @dataclass(eq=False)
 class VerifyBatch(Batch):
-    """A decode step with drafts: an extend ("prefill" phase) of each request's last token and
-    its drafts, whose every token's logits are kept."""
+    """A decode step with drafts, in one of two layouts of the same tokens, in the same order.
 
-    drafts: list[list[int]] = field(default_factory=list)  # per request, in batch order
+    "prefill": `reqs` are the requests, each an extend of its last token and its drafts,
+    whose every token's logits are kept. "decode": `reqs` are DraftRows, one per token, so
+    that a runner that replays CUDA graphs of decode steps runs the verify step as one."""
+
+    requests: list[Req] = field(default_factory=list)  # the requests verified, in batch order
+    drafts: list[list[int]] = field(default_factory=list)  # per request
 
 
 @dataclass
@@ -121,9 +157,20 @@ class SpeculativeDecoder:
         with the config's n-gram sizes; they are written into its token-pool row at
         [device_len, device_len + n) (one indexed write: `write_tokens`), and its device_len
         moves past them, so that chapter 7's preparation computes [cached_len, device_len).
-        The host sequence is not touched. The batch is a VerifyBatch in the "prefill" phase
-        (an extend to every attention backend) holding the drafts in batch order."""
+        The host sequence is not touched. The batch is a VerifyBatch of the requests and their
+        drafts: in the "prefill" phase (an extend to every attention backend), or, when the
+        engine replays graphs for that many rows (`replays_graphs`), in the "decode" phase
+        with one DraftRow per token ([cached_len, device_len) of each request, in order)."""
         raise NotImplementedError("ch24: Make the verify batch of `reqs`, or None when `draft_counts` says no drafts.")
+
+    def replays_graphs(self, rows: int) -> bool:
+        """Whether the engine's runner would replay a CUDA graph for a decode step of `rows`.
+
+        Then a verify step is laid out as decode rows: one graph replay instead of an eager
+        extend, at the price of reading each request's KV once per row. Without graphs (on a
+        CPU, or a batch too large) the extend reads it once."""
+        runner = self.scheduler.engine.runner
+        return isinstance(runner, GraphRunner) and rows <= runner.max_batch_size
 
     def write_tokens(self, rows: list[int], cols: list[int], values: list[int]) -> None:
         """token_pool[rows, cols] = values, in one indexed write copied from the host."""
@@ -138,12 +185,13 @@ class SpeculativeDecoder:
     def forward(self, forward_input: ForwardInput) -> ForwardOutput:
         """Run a verify batch, keeping every token's logits; pass any other batch on.
 
-        A batch that is not a VerifyBatch goes to `plain_forward`. A verify batch's
-        attn_metadata.last_indices becomes every token's row (0 .. tokens - 1, on the
-        batch's device), so the model returns the logits of all of them and the engine's
-        `forward_batch` gives the greedy choice after each token. Record the step in the
-        scheduler's stats as ("decode", requests, tokens). The ledgers do not move here:
-        `process` rolls them to what was kept."""
+        A batch that is not a VerifyBatch goes to `plain_forward`. In a verify batch's
+        "prefill" layout, attn_metadata.last_indices becomes every token's row (0 .. tokens - 1,
+        on the batch's device), so the model returns the logits of all of them (in the
+        "decode" layout every row is a last token already); the engine's `forward_batch` then
+        gives the greedy choice after each token. Record the step in the scheduler's stats as
+        ("decode", requests, tokens). The ledgers do not move here: `process` rolls them to
+        what was kept."""
         raise NotImplementedError("ch24: Run a verify batch, keeping every token's logits; pass any other batch on.")
 
     def process(self, data: ForwardData | None) -> list[TokenOutput]:
