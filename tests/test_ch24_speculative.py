@@ -458,13 +458,12 @@ def test_two_tensor_parallel_ranks_draft_alike_and_match_transformers() -> None:
         assert out["token_ids"] == hf_greedy_cached(QWEN3, p, 16)
 
 
-def test_with_decode_graphs_a_verify_step_runs_as_decode_rows_with_the_same_tokens(
+def test_with_decode_graphs_a_verify_step_runs_as_rows_that_fit_a_graph_with_the_same_tokens(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """On a GPU a verify step is laid out as decode rows (`DraftRow`, one per token) when the
-    runner replays graphs for that many rows, else as an extend. Chapter 18's stand-in graphs
-    over chapter 17's stand-in FlashInfer run both layouts here; every token must be
-    transformers'."""
+    """On a GPU a verify step is laid out as decode rows (`DraftRow`, one per token), with the
+    drafts capped so that the rows fit the largest graph. Chapter 18's stand-in graphs over
+    chapter 17's stand-in FlashInfer run it here; every token must be transformers'."""
     from test_ch17_gpu_attention import FakeFlashInfer
     from test_ch18_cuda_graph import fake_gpu
 
@@ -496,7 +495,10 @@ def test_with_decode_graphs_a_verify_step_runs_as_decode_rows_with_the_same_toke
     tokens = run(scheduler, prompts, max_tokens)
     for p, m, got in zip(prompts, max_tokens, tokens):
         assert got == hf_greedy_cached(QWEN3, p, m)
-    assert ("prefill", 6, 6) in layouts, "24 rows: more than the largest graph, an extend"
-    assert any(phase == "decode" and rows > n for phase, rows, n in layouts), layouts
+    # With graphs the drafts are capped so that a step's rows fit the largest graph (12): six
+    # requests verify one draft each, three or fewer all three.
+    assert all(phase == "decode" and rows <= 12 for phase, rows, _ in layouts), layouts
+    assert (("decode", 12, 6)) in layouts, "six requests: 12 // 6 - 1 = 1 draft each"
+    assert any(n <= 3 and rows == 4 * n for _, rows, n in layouts), "k = 3 when they fit"
     replays = {n: g.replays for n, g in scheduler.engine.runner.graphs.items()}
     assert sum(replays.values()) >= sum(1 for phase, _, _ in layouts if phase == "decode")

@@ -150,8 +150,15 @@ class SpeculativeDecoder:
         None when no request can take a draft, or when the pages the step would allocate
         (from ceil(cached_len / page) to ceil((device_len + drafts) / page) per request) need
         more slots than the cache manager's available_size (optimistic admission may leave
-        fewer): then the step decodes plainly."""
+        fewer): then the step decodes plainly. Where the engine replays CUDA graphs
+        (`graph_rows` is not None), each request also takes at most graph_rows // len(reqs) - 1
+        (and at least 0), so that the step's rows fit the largest graph: an eager verify step
+        costs several graphed decode steps."""
         counts = [min(self.k, req.remain_len - 1) for req in reqs]
+        rows = self.graph_rows()
+        if rows is not None:
+            cap = max(rows // len(reqs) - 1, 0)
+            counts = [min(n, cap) for n in counts]
         if not any(counts):
             return None
         page = self.scheduler.cache_manager.page_size
@@ -194,14 +201,19 @@ class SpeculativeDecoder:
             return VerifyBatch(expanded, "decode", requests=reqs, drafts=drafts)  # type: ignore[arg-type]
         return VerifyBatch(reqs, "prefill", requests=reqs, drafts=drafts)
 
+    def graph_rows(self) -> int | None:
+        """The rows of the largest CUDA graph the engine's runner replays; None without graphs."""
+        runner = self.scheduler.engine.runner
+        return runner.max_batch_size if isinstance(runner, GraphRunner) else None
+
     def replays_graphs(self, rows: int) -> bool:
         """Whether the engine's runner would replay a CUDA graph for a decode step of `rows`.
 
         Then a verify step is laid out as decode rows: one graph replay instead of an eager
         extend, at the price of reading each request's KV once per row. Without graphs (on a
-        CPU, or a batch too large) the extend reads it once."""
-        runner = self.scheduler.engine.runner
-        return isinstance(runner, GraphRunner) and rows <= runner.max_batch_size
+        CPU) the extend reads it once."""
+        largest = self.graph_rows()
+        return largest is not None and rows <= largest
 
     def write_tokens(self, rows: list[int], cols: list[int], values: list[int]) -> None:
         """token_pool[rows, cols] = values, in one indexed write copied from the host."""
