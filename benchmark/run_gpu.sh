@@ -14,6 +14,7 @@
 #   benchmark/run_gpu.sh structured                          # chapter 25: the grammar mask's cost
 #   benchmark/run_gpu.sh verdict                             # the judge's GPU verdict, chapter 18
 #   benchmark/run_gpu.sh mixed                               # chapter 23: admission, mixed batches
+#   benchmark/run_gpu.sh spec                                # chapter 24: GPU tests, drafts off/on
 #
 # Expects the wheels in .whl/ and the SmolLM2 tokenizer files in .gpu/tokenizer/ (see
 # benchmark/gpu_report.md): the tiny checkpoints are rebuilt there, byte for byte as here.
@@ -88,6 +89,11 @@ for stage in ${STAGES//,/ }; do
     online)  # needs the random model that the offline stage builds
       python3 benchmark/online.py --launch build/random-qwen3-0.6b --concurrency 64 \
           --num-requests 256 --output-len 256 --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/online.log" ;;
+    spec)  # chapter 24: its GPU tests, then acceptance and tok/s with drafts off and k = 2, 4
+      python3 -m pytest tests/test_gpu_speculative.py -v -s -p no:cacheprovider --timeout 300 \
+          2>&1 | tee "$OUT/gpu_tests_speculative.log"
+      python3 benchmark/speculative.py --model random-qwen3-0.6b --dtype bfloat16 \
+          --output-len 256 ${SPEC_ARGS:-} --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/speculative.log" ;;
     structured)  # chapter 25: JSON validity and the mask's cost per step, overlap on and off
       python3 benchmark/structured.py --model models/tiny-qwen3 --dtype bfloat16 \
           --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/structured.log" ;;

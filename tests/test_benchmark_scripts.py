@@ -162,6 +162,34 @@ def test_mixed_measures_both_admissions_and_both_schedules_on_tiny_qwen3(tmp_pat
         assert_provenance(record, "benchmark/mixed.py")
 
 
+@pytest.mark.slow
+def test_speculative_measures_each_k_on_both_workloads_with_plain_tokens(tmp_path: Path) -> None:
+    """Chapter 24's benchmark, small: one record per workload, batch size and k, every spec
+    run giving the plain run's tokens, with drafts counted only where k > 0."""
+    results = tmp_path / "results.jsonl"
+    model = str(require_model(MODEL))
+    small = ["--ks", "0,2", "--batch-sizes", "1,3", "--output-len", "12", "--prompt-len", "16"]
+    done = run_script(
+        "benchmark/speculative.py", "--model", model, "--threads", "1", *small,
+        "--json", str(results),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = read_results(results)
+    assert [(r["k"], r["workload"], r["batch_size"]) for r in records] == [
+        (k, w, b) for k in (0, 2) for w in ("copy", "random") for b in (1, 3)
+    ]
+    for record in records:
+        assert_provenance(record, "benchmark/speculative.py")
+        assert record["same_tokens_share"] == 1.0, "float32: drafts change no token"
+        assert record["output_tokens"] > 0 and record["tokens_per_s"] > 0
+        if record["k"] == 0:
+            assert record["drafted"] == 0 and record["acceptance"] is None
+        else:
+            assert record["drafted"] > 0 and 0 <= record["acceptance"] <= 1
+    random_plain = [r for r in records if r["workload"] == "random" and r["k"] == 0]
+    assert all(r["tokens_per_step"] == 1.0 for r in random_plain), "one token per plain step"
+
+
 @pytest.mark.parametrize(
     "script", ["decode_step.py", "overlap_timeline.py", "attention_kernels.py", "launch_costs.py"]
 )

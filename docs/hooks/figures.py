@@ -923,3 +923,67 @@ def admission_preemption(data: dict) -> tuple[str, str]:
         "how many requests run (under the axis), and where optimistic admission preempted."
     )
     return svg(width, 30 + 2 * height_one, body, caption), caption
+
+
+# --- chapter 24: drafts, accepted drafts and the ledger through each verify step --------------
+
+
+@drawing("ch24_speculative.steps")
+def speculative_steps(data: dict) -> tuple[str, str]:
+    """One block per request: a column per decode step, its k drafts stacked (accepted at the
+    bottom, then the model's own token, then the rejected ones), and under it the sequence's
+    length before and after the step."""
+    k = data["k"]
+    cell, unit, left, gap = 22, 12, 70, 46
+    runs = [(name, data[name]) for name in ("copy", "free")]
+    width = left + cell * max(len(run["steps"]) for _, run in runs) + 20
+    body: list[str] = []
+    y = 20
+    for name, run in runs:
+        steps = run["steps"]
+        accepted = sum(s["accepted"] for s in steps)
+        drafted = sum(s["drafted"] for s in steps)
+        title = f"{name} request: {accepted} of {drafted} drafts accepted in {len(steps)} steps"
+        body.append(text(left, y, title, 11, weight="bold"))
+        base = y + 10 + (k + 1) * unit
+        for i, s in enumerate(steps):
+            x = left + i * cell
+            # accepted drafts, then the model's own token (none if EOS came inside the run)
+            taken = min(s["accepted"], s["emitted"])
+            rejected = s["drafted"] - taken
+            parts = [
+                (taken, OWNERS[1], "accepted drafts"),
+                (s["emitted"] - taken, OWNERS[0], "the model's own token"),
+                (rejected, COLORS["dropped"], "rejected drafts, rolled back"),
+            ]
+            top = base
+            for count, color, what in parts:
+                if count <= 0:
+                    continue
+                top -= count * unit
+                tip = (
+                    f"step {i}: {what}: {count}; ledger {s['before']} -> verified "
+                    f"{s['verified']} -> {s['after']}"
+                )
+                body.append(rect(x + 2, top, cell - 4, count * unit, color, tip))
+            body.append(text(x + cell / 2, base + 12, s["after"][1], 8, "middle"))
+        body.append(line(left, base, left + len(steps) * cell, base))
+        body.append(text(left - 8, base - 2, "tokens", 9, "end"))
+        body.append(text(left - 8, base + 12, "length", 9, "end"))
+        y = base + gap
+    body += legend(
+        left,
+        y - 10,
+        [
+            (OWNERS[1], "accepted drafts"),
+            (OWNERS[0], "the model's own token"),
+            (COLORS["dropped"], "rejected drafts (rolled back)"),
+        ],
+    )
+    caption = (
+        f"Each decode step of the main's two requests with k = {k} drafts: a column is the "
+        "k + 1 tokens one forward verified. The drafts the model agreed with (bottom) and its "
+        "own next token are kept; the rest were computed and rolled back. Under each column, "
+        "the sequence's length (device_len) after the step."
+    )
+    return svg(width, y + 10, body, caption), caption

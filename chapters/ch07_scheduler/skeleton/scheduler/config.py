@@ -18,6 +18,11 @@ class SchedulerConfig(EngineConfig):
     # Chapter 23: "conservative" reserves each request's worst case (prompt + max_tokens) at
     # admission; "optimistic" admits while the prompt fits now, and preempts when KV runs out.
     admission: str = "conservative"
+    # Chapter 24: speculative decoding by prompt lookup. Up to this many draft tokens per step
+    # (0: off), found by matching the last ngram_max down to ngram_min tokens earlier on.
+    speculative_tokens: int = 0
+    ngram_max: int = 3
+    ngram_min: int = 1
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -26,6 +31,12 @@ class SchedulerConfig(EngineConfig):
         if self.admission not in ("conservative", "optimistic"):
             raise ConfigError(
                 f"admission must be 'conservative' or 'optimistic', got {self.admission!r}"
+            )
+        if self.speculative_tokens < 0:
+            raise ConfigError(f"speculative_tokens must be >= 0, got {self.speculative_tokens}")
+        if not 1 <= self.ngram_min <= self.ngram_max:
+            raise ConfigError(
+                f"need 1 <= ngram_min <= ngram_max, got {self.ngram_min} and {self.ngram_max}"
             )
         if self.max_extend_tokens < 1:
             raise ConfigError(f"max_extend_tokens must be >= 1, got {self.max_extend_tokens}")

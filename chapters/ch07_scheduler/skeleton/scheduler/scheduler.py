@@ -53,7 +53,10 @@ BatchPicker = Callable[[], Batch | None]  # the next batch, or None when there i
 # How a scheduler picks each step's requests: `Scheduler._pick_batch` below, unless a later
 # chapter's policy takes over. Each function registered here gets the new scheduler and its
 # picker so far, and returns the picker to use (the same one when its config does not ask for
-# it); chapter 23 registers mixed batches and optimistic admission this way.
+# it); chapter 23 registers mixed batches and optimistic admission this way. A policy whose
+# picker returns batches of its own kind (a Batch subclass) also runs and settles them: it may
+# replace the scheduler's `_forward` and `_process_last_data` by its own, which pass every
+# other batch on to the scheduler's.
 BATCH_POLICIES: list[Callable[[Scheduler, BatchPicker], BatchPicker]] = []
 
 

@@ -1,0 +1,47 @@
+"""Settings of the scheduler, on top of the engine's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from minisgl.engine import EngineConfig
+from minisgl.utils import ConfigError
+
+
+@dataclass
+class SchedulerConfig(EngineConfig):
+    cache_type: str = "radix"  # "radix" shares prompt prefixes between requests; "naive" does not
+    max_extend_tokens: int = 8192  # prefill token budget of one step (chunked prefill)
+    enable_overlap: bool | None = None  # None: on unless MINISGL_DISABLE_OVERLAP_SCHEDULING is set
+    # Chapter 23: decode tokens and prompt chunks in one step, under max_extend_tokens.
+    mixed_batches: bool = False
+    # Chapter 23: "conservative" reserves each request's worst case (prompt + max_tokens) at
+    # admission; "optimistic" admits while the prompt fits now, and preempts when KV runs out.
+    admission: str = "conservative"
+    # Chapter 24: speculative decoding by prompt lookup. Up to this many draft tokens per step
+    # (0: off), found by matching the last ngram_max down to ngram_min tokens earlier on.
+    speculative_tokens: int = 0
+    ngram_max: int = 3
+    ngram_min: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.cache_type not in ("radix", "naive"):
+            raise ConfigError(f"cache_type must be 'radix' or 'naive', got {self.cache_type!r}")
+        if self.admission not in ("conservative", "optimistic"):
+            raise ConfigError(
+                f"admission must be 'conservative' or 'optimistic', got {self.admission!r}"
+            )
+        if self.speculative_tokens < 0:
+            raise ConfigError(f"speculative_tokens must be >= 0, got {self.speculative_tokens}")
+        if not 1 <= self.ngram_min <= self.ngram_max:
+            raise ConfigError(
+                f"need 1 <= ngram_min <= ngram_max, got {self.ngram_min} and {self.ngram_max}"
+            )
+        if self.max_extend_tokens < 1:
+            raise ConfigError(f"max_extend_tokens must be >= 1, got {self.max_extend_tokens}")
+        if self.mixed_batches and self.max_extend_tokens < self.max_running_req:
+            raise ConfigError(  # every running request's token must fit in a mixed step
+                f"mixed_batches needs max_extend_tokens >= max_running_req, got "
+                f"{self.max_extend_tokens} < {self.max_running_req}"
+            )
