@@ -88,7 +88,8 @@ for command in dict.fromkeys(r["command"] for r in official):
         ratio = (
             f", {rate * base['seconds'] / base['output_tokens']:.2f}x transformers" if base else ""
         )
-        print(f"  {r['variant']:<13} {r['seconds']:.2f} s, {rate:,.0f} tok/s{ratio}")
+        tree = f" ({r['tree']})" if "tree" in r else ""  # an A/B of engine versions
+        print(f"  {r['variant']:<13} {r['seconds']:.2f} s, {rate:,.0f} tok/s{ratio}{tree}")
 
 if os.environ.get("MINISGL_CAPTURE_DIR"):  # the page's figure: the H200 rows
     figure = {

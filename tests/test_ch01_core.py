@@ -160,6 +160,30 @@ def test_append_host_keeps_the_prompt_and_its_dtype():
     assert req.input_ids.tolist() == prompt.tolist() + [42, 7]
 
 
+def test_append_host_leaves_the_callers_prompt_and_earlier_views_alone():
+    prompt = torch.arange(100, 104, dtype=torch.int32)
+    req = Req(prompt, 0, 0, 3, 0, SamplingParams(max_tokens=3))
+    before = req.input_ids
+    req.append_host(5)
+    req.append_host(6)
+    # The caller's tensor is not the request's storage, and a slice taken earlier (the prefix
+    # cache keeps some) still reads the tokens it read then.
+    assert prompt.tolist() == [100, 101, 102, 103]
+    assert before.tolist() == [100, 101, 102, 103]
+    assert req.input_ids.tolist() == [100, 101, 102, 103, 5, 6]
+
+
+def test_append_host_fills_the_sequence_up_to_max_device_len_then_refuses():
+    req = make_req(2, 3)
+    for token in (7, 8, 9):
+        req.append_host(token)
+    assert req.input_ids.tolist() == [100, 101, 7, 8, 9]
+    assert len(req.input_ids) == req.max_device_len
+    with pytest.raises(ValueError, match="no room"):
+        req.append_host(10)  # past max_tokens: a bug of the caller, not a longer sequence
+    assert req.input_ids.tolist() == [100, 101, 7, 8, 9]
+
+
 @pytest.mark.parametrize(
     ("prompt_len", "max_tokens", "cached_len"),
     [

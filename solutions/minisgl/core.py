@@ -82,7 +82,11 @@ class Req:
     cache_handle: BaseCacheHandle | None = None  # the prefix-cache node this request holds
 
     def __post_init__(self) -> None:
-        """Derive device_len and max_device_len; raise ValueError if the invariant fails."""
+        """Derive device_len and max_device_len; raise ValueError if the invariant fails.
+
+        Then move the sequence into a buffer with room for all max_device_len tokens, so that
+        `append_host` writes in place: `input_ids` is a view of its first tokens.
+        """
         self.device_len = len(self.input_ids)
         self.max_device_len = len(self.input_ids) + self.output_len
         if not 0 <= self.cached_len < self.device_len <= self.max_device_len:
@@ -90,6 +94,13 @@ class Req:
                 "a request's ledger must satisfy 0 <= cached_len < device_len "
                 f"<= max_device_len: {self}"
             )
+        self._host_buffer = torch.empty(self.max_device_len, dtype=self.input_ids.dtype)
+        self._host_buffer[: self.device_len] = self.input_ids
+        self.input_ids = self._host_buffer[: self.device_len]
+        # The same memory seen by NumPy: writing one element there costs a tenth of indexing
+        # a tensor, and append_host does it for every request at every step.
+        self._host_numpy = self._host_buffer.numpy()
+        self._host_len = self.device_len  # len(input_ids), without asking the tensor
 
     @property
     def extend_len(self) -> int:
@@ -112,9 +123,18 @@ class Req:
         self.device_len += 1
 
     def append_host(self, next_token: int) -> None:
-        """Append the sampled token to the CPU copy of the sequence."""
-        token = torch.tensor([next_token], dtype=self.input_ids.dtype)
-        self.input_ids = torch.cat([self.input_ids, token])
+        """Append the sampled token to the CPU copy of the sequence.
+
+        Write it into the buffer after the last token and widen the view over it by one:
+        no copy of the sequence (torch.cat would copy all of it, at every step of every
+        request). The buffer ends at max_device_len, past which no request generates.
+        """
+        length = self._host_len
+        if length == self.max_device_len:
+            raise ValueError(f"no room for another token: {self}")
+        self._host_numpy[length] = next_token
+        self._host_len = length + 1
+        self.input_ids = self._host_buffer[: length + 1]
 
     def __repr__(self) -> str:
         return (

@@ -73,7 +73,11 @@ class Req:
     cache_handle: BaseCacheHandle | None = None  # the prefix-cache node this request holds
 
     def __post_init__(self) -> None:
-        """Derive device_len and max_device_len; raise ValueError if the invariant fails."""
+        """Derive device_len and max_device_len; raise ValueError if the invariant fails.
+
+        Then move the sequence into a buffer with room for all max_device_len tokens, so that
+        `append_host` writes in place: `input_ids` is a view of its first tokens.
+        """
         raise NotImplementedError("ch01: Derive device_len and max_device_len; raise ValueError if the invariant fails.")
 
     @property
@@ -96,7 +100,12 @@ class Req:
         raise NotImplementedError("ch01: Record a finished forward: its K/V are cached and one more token was sampled.")
 
     def append_host(self, next_token: int) -> None:
-        """Append the sampled token to the CPU copy of the sequence."""
+        """Append the sampled token to the CPU copy of the sequence.
+
+        Write it into the buffer after the last token and widen the view over it by one:
+        no copy of the sequence (torch.cat would copy all of it, at every step of every
+        request). The buffer ends at max_device_len, past which no request generates.
+        """
         raise NotImplementedError("ch01: Append the sampled token to the CPU copy of the sequence.")
 
     def __repr__(self) -> str:

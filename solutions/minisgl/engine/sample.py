@@ -48,20 +48,25 @@ class Sampler:
         """
         params = [req.sampling_params for req in batch.reqs]
         greedy = [p.is_greedy for p in params]
-
-        def column(values: list[float] | list[int], dtype: torch.dtype) -> torch.Tensor:
-            return make_device_tensor(values, dtype, self.device).view(-1, 1)
-
+        # The four columns as rows of one float32 host tensor, copied to the device at once
+        # (a copy costs the host about as much as it costs to fill): top-k values are
+        # integers below 2**24, which float32 holds exactly.
+        columns = make_device_tensor(
+            [
+                greedy,
+                [1.0 if g else p.temperature for g, p in zip(greedy, params)],
+                [self.vocab_size if p.top_k == -1 else p.top_k for p in params],
+                [p.top_p for p in params],
+            ],
+            torch.float32,
+            self.device,
+        )
         return BatchSamplingArgs(
             all_greedy=all(greedy),
-            greedy=make_device_tensor(greedy, torch.bool, self.device),
-            temperature=column(
-                [1.0 if g else p.temperature for g, p in zip(greedy, params)], torch.float32
-            ),
-            top_k=column(
-                [self.vocab_size if p.top_k == -1 else p.top_k for p in params], torch.int64
-            ),
-            top_p=column([p.top_p for p in params], torch.float32),
+            greedy=columns[0].bool(),
+            temperature=columns[1].view(-1, 1),
+            top_k=columns[2].long().view(-1, 1),
+            top_p=columns[3].view(-1, 1),
             row_seeds={
                 row: step_seed(req.sampling_params.seed, req.device_len)
                 for row, req in enumerate(batch.reqs)

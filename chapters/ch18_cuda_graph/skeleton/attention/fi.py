@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -63,10 +64,8 @@ def page_lists(seq_lens: list[int], extend_lens: list[int], page_size: int) -> P
     ptr[i + 1]).
     """
     num_pages = [div_ceil(n, page_size) for n in seq_lens]
-    kv_indptr, qo_indptr = [0], [0]
-    for pages, extend in zip(num_pages, extend_lens):
-        kv_indptr.append(kv_indptr[-1] + pages)
-        qo_indptr.append(qo_indptr[-1] + extend)
+    kv_indptr = list(accumulate(num_pages, initial=0))
+    qo_indptr = list(accumulate(extend_lens, initial=0))
     last_page_len = [n - (p - 1) * page_size for n, p in zip(seq_lens, num_pages)]
     return PageLists(num_pages, kv_indptr, qo_indptr, last_page_len)
 
