@@ -172,6 +172,23 @@ def run_until_idle(scheduler, max_steps: int = SCHEDULER_MAX_STEPS) -> list[list
     return steps
 
 
+def random_prompts(seed: int, count: int, longest: int = 40) -> list[list[int]]:
+    """`count` prompts of 3 to `longest` random ids in [10, 400), the same for the same seed."""
+    rng = random.Random(seed)
+    return [[rng.randrange(10, 400) for _ in range(rng.randint(3, longest))] for _ in range(count)]
+
+
+def run_prompts(scheduler, prompts: list[list[int]], max_tokens: list[int]) -> list[list[int]]:  # noqa: ANN001
+    """Queue every prompt (greedy), step until idle (the integrity check passes): the tokens
+    each prompt got, in order."""
+    uids = [scheduler.add_request(p, greedy(m)) for p, m in zip(prompts, max_tokens)]
+    tokens: dict[int, list[int]] = {uid: [] for uid in uids}
+    for outputs in run_until_idle(scheduler):
+        for out in outputs:
+            tokens[out.uid].append(out.token)
+    return [tokens[uid] for uid in uids]
+
+
 def guard_steps(scheduler, max_steps: int = SCHEDULER_MAX_STEPS):  # noqa: ANN001, ANN201
     """Make `scheduler.step` fail fast, with a clear message, once it has run `max_steps` steps
     without becoming idle: a stuck request (a leaked table row, a request that can never be

@@ -28,7 +28,8 @@ from conftest import (
     greedy,
     hf_greedy_cached,
     require_model,
-    run_until_idle,
+    random_prompts,
+    run_prompts,
 )
 
 from minisgl.core import Req, SamplingParams
@@ -59,21 +60,6 @@ def make_scheduler(model: Path = QWEN3, **overrides: Any) -> Scheduler:
         max_extend_tokens=BUDGET,
     )
     return Scheduler(SchedulerConfig(str(model), **(config | overrides)))
-
-
-def random_prompts(seed: int, count: int, longest: int = 40) -> list[list[int]]:
-    rng = random.Random(seed)
-    return [[rng.randrange(10, 400) for _ in range(rng.randint(3, longest))] for _ in range(count)]
-
-
-def run(scheduler: Scheduler, prompts: list[list[int]], max_tokens: list[int]) -> list[list[int]]:
-    """Queue every prompt, step until idle (the integrity check passes), each one's tokens."""
-    uids = [scheduler.add_request(p, greedy(m)) for p, m in zip(prompts, max_tokens)]
-    tokens: dict[int, list[int]] = {uid: [] for uid in uids}
-    for outputs in run_until_idle(scheduler):
-        for out in outputs:
-            tokens[out.uid].append(out.token)
-    return [tokens[uid] for uid in uids]
 
 
 def spy_preemptions(scheduler: Scheduler) -> list[tuple[int, bool, bool]]:
@@ -168,7 +154,7 @@ def test_each_batch_gets_an_optimistic_adder_unless_a_preempted_request_heads_th
     scheduler = make_scheduler(page_size=2, admission="optimistic", max_extend_tokens=256)
     manager = scheduler.prefill_manager
     assert isinstance(manager, OptimisticPrefillManager)
-    run(scheduler, random_prompts(0, 1), [1])  # warm: nothing left running
+    run_prompts(scheduler, random_prompts(0, 1), [1])  # warm: nothing left running
     for p in random_prompts(1, 3):
         scheduler.add_request(p, greedy(20))
     scheduler.step()  # three running requests
@@ -394,7 +380,7 @@ def test_every_mode_gives_transformers_greedy_tokens(
         page_size=2,
         num_pages=60,  # about a quarter of the worst cases
     )
-    tokens = run(scheduler, prompts, max_tokens)
+    tokens = run_prompts(scheduler, prompts, max_tokens)
     for p, m, got in zip(prompts, max_tokens, tokens):
         assert got == hf_greedy_cached(QWEN3, p, m)
     if admission == "optimistic":
@@ -419,7 +405,7 @@ def test_a_storm_of_preemptions_finishes_every_request_right_once_each(
     )
     log = spy_preemptions(scheduler)
     prompts = random_prompts(8, 16, longest=16)
-    tokens = run(scheduler, prompts, [14] * 16)
+    tokens = run_prompts(scheduler, prompts, [14] * 16)
     for p, got in zip(prompts, tokens):
         assert got == hf_greedy_cached(tiny_model_dir, p, 14)
     uids = [uid for uid, _, _ in log]
@@ -447,7 +433,7 @@ def test_a_half_prefilled_prompt_is_preempted_and_comes_back_whole(
     )
     log = spy_preemptions(scheduler)
     prompts = random_prompts(9, 3, longest=5) + [list(range(30, 60))]
-    tokens = run(scheduler, prompts, [30, 30, 30, 6])
+    tokens = run_prompts(scheduler, prompts, [30, 30, 30, 6])
     assert any(chunk for _, _, chunk in log), "a chunk was preempted"
     for p, m, got in zip(prompts, [30, 30, 30, 6], tokens):
         assert got == hf_greedy_cached(QWEN3, p, m)
@@ -466,7 +452,7 @@ def test_smollm2_text_survives_preemption_and_mixing() -> None:
         enable_overlap=True,
     )
     log = spy_preemptions(scheduler)
-    tokens = run(scheduler, prompts, [16] * 6)
+    tokens = run_prompts(scheduler, prompts, [16] * 6)
     assert log, "the pool was tight enough to preempt"
     for p, got in zip(prompts, tokens):
         assert got == hf_greedy_cached(model, p, 16)

@@ -14,7 +14,6 @@ tensor-parallel ranks.
 
 from __future__ import annotations
 
-import itertools
 import random
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,8 @@ from conftest import (
     hf_greedy_cached,
     load_tokenizer,
     require_model,
-    run_until_idle,
+    random_prompts,
+    run_prompts,
 )
 
 from minisgl.core import Batch, Req, SamplingParams
@@ -55,21 +55,6 @@ def make_scheduler(model: Path = QWEN3, **overrides: Any) -> Scheduler:
         speculative_tokens=4,
     )
     return Scheduler(SchedulerConfig(str(model), **(config | overrides)))
-
-
-def random_prompts(seed: int, count: int, longest: int = 30) -> list[list[int]]:
-    rng = random.Random(seed)
-    return [[rng.randrange(10, 400) for _ in range(rng.randint(3, longest))] for _ in range(count)]
-
-
-def run(scheduler: Scheduler, prompts: list[list[int]], max_tokens: list[int]) -> list[list[int]]:
-    """Queue every prompt, step until idle (the integrity check passes), each one's tokens."""
-    uids = [scheduler.add_request(p, greedy(m)) for p, m in zip(prompts, max_tokens)]
-    tokens: dict[int, list[int]] = {uid: [] for uid in uids}
-    for out in itertools.chain.from_iterable(run_until_idle(scheduler)):
-        tokens[out.uid].append(out.token)
-    assert scheduler.status().integrity_ok
-    return [tokens[uid] for uid in uids]
 
 
 def decoder(scheduler: Scheduler) -> SpeculativeDecoder:
@@ -397,7 +382,7 @@ def test_every_mode_gives_transformers_greedy_tokens_with_drafts_on(mode: str) -
     prompts = repeating_prompts(11, 8)
     max_tokens = [random.Random(i).randint(1, 24) for i in range(8)]
     scheduler = make_scheduler(**MODES[mode])
-    tokens = run(scheduler, prompts, max_tokens)
+    tokens = run_prompts(scheduler, prompts, max_tokens)
     for p, m, got in zip(prompts, max_tokens, tokens):
         assert got == hf_greedy_cached(QWEN3, p, m)
     stats = decoder(scheduler).stats
@@ -414,7 +399,7 @@ def test_the_ngram_drafter_gets_drafts_accepted_on_text_that_repeats() -> None:
     assert not isinstance(plain.pick_batch, SpeculativeDecoder) and plain.overlap  # off: as before
     scheduler = make_scheduler(cache_type="radix", num_pages=1024)
     prompts = [base * 4 for base in random_prompts(0, 4, longest=8)]
-    tokens = run(scheduler, prompts, [40] * 4)
+    tokens = run_prompts(scheduler, prompts, [40] * 4)
     for p, got in zip(prompts, tokens):
         assert got == hf_greedy_cached(QWEN3, p, 40)
     stats = decoder(scheduler).stats
@@ -437,7 +422,7 @@ def test_smollm2_copies_text_with_drafts_and_matches_transformers() -> None:
     )
     prompts = [list(chat if isinstance(chat, list) else chat["input_ids"])]
     scheduler = make_scheduler(model, cache_type="radix", num_pages=1024)
-    tokens = run(scheduler, prompts, [20])
+    tokens = run_prompts(scheduler, prompts, [20])
     assert tokens[0] == hf_greedy_cached(model, prompts[0], 20)
     assert decoder(scheduler).stats.acceptance_rate > 0.5
 
@@ -492,7 +477,7 @@ def test_with_decode_graphs_a_verify_step_runs_as_rows_that_fit_a_graph_with_the
         return batch
 
     monkeypatch.setattr(spec, "draft", spy)
-    tokens = run(scheduler, prompts, max_tokens)
+    tokens = run_prompts(scheduler, prompts, max_tokens)
     for p, m, got in zip(prompts, max_tokens, tokens):
         assert got == hf_greedy_cached(QWEN3, p, m)
     # With graphs the drafts are capped so that a step's rows fit the largest graph (12): six

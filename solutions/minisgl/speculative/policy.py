@@ -296,7 +296,7 @@ class SpeculativeDecoder:
                 else:
                     rows.append(req.table_idx)
                     cols.append(seq_len - 1)
-                    values.append(int(req.input_ids[-1]))
+                    values.append(token)  # the newest token: the last one appended
         if rows:
             self.write_tokens(rows, cols, values)
         self.stats.verify_steps += 1
