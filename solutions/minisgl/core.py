@@ -94,7 +94,9 @@ class Req:
                 "a request's ledger must satisfy 0 <= cached_len < device_len "
                 f"<= max_device_len: {self}"
             )
-        self._host_buffer = torch.empty(self.max_device_len, dtype=self.input_ids.dtype)
+        self._host_buffer = torch.empty(
+            self.max_device_len, dtype=self.input_ids.dtype, device="cpu"
+        )
         self._host_buffer[: self.device_len] = self.input_ids
         self.input_ids = self._host_buffer[: self.device_len]
         # The same memory seen by NumPy: writing one element there costs a tenth of indexing
