@@ -51,7 +51,7 @@ from course.problems import ENVS, TIMEOUTS, Problem, ProblemError, derived_start
 from course.problems import solution_source
 from course.problems import load_problems as load_problems_in
 from course.report import console, mark, print_practice_run
-from course.runner import Run
+from course.runner import Run, end_runs_on_interrupt
 from course.store import ProgressStore, backup
 
 PROBLEMS_DIR = PRACTICE / "problems"
@@ -375,6 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         "--check", action="store_true", help="only name the stale starters (CI)"
     )
     args = parser.parse_args(argv)
+    end_runs_on_interrupt()
     try:
         return args.run(args)
     except CourseError as error:

@@ -263,3 +263,60 @@ def test_mutate_lists_a_mutant_killed_only_by_a_crash(course: Path) -> None:
         "killed only by a crash ch0 calc.py:add: reads address 0: the test process died of "
         "SIGSEGV (signal 11) while running test_add" in " ".join(out.split())
     )
+
+
+def test_a_terminated_tool_kills_what_its_worker_threads_started(tmp_path: Path) -> None:
+    """SIGTERM to a tool whose thread pool waits on two test processes (a third queued): both
+    groups die at once, the third never starts, and the tool ends long before their limits."""
+    import os
+    import signal
+    import subprocess
+
+    tool = tmp_path / "tool.py"
+    tool.write_text(
+        textwrap.dedent(
+            f"""
+            import os, sys
+            from concurrent.futures import ThreadPoolExecutor
+            sys.path.insert(0, {str(ROOT / "tools")!r})
+            from course.runner import end_runs_on_interrupt, run_process
+            end_runs_on_interrupt()
+            child = ("import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); "
+                     "time.sleep(120)")
+            def run(i):
+                pid_file = os.path.join({str(tmp_path)!r}, f"pid{{i}}")
+                return run_process([sys.executable, "-c", child, pid_file], {str(tmp_path)!r},
+                                   dict(os.environ), 120)
+            with ThreadPoolExecutor(2) as pool:
+                list(pool.map(run, range(3)))
+            """
+        )
+    )
+    parent = subprocess.Popen([sys.executable, str(tool)], stderr=subprocess.DEVNULL)
+    pid_files = [tmp_path / "pid0", tmp_path / "pid1"]
+    deadline = time.monotonic() + 30
+    while not all(f.exists() and f.read_text() for f in pid_files):
+        assert time.monotonic() < deadline, "the two test processes never started"
+        time.sleep(0.05)
+    children = [int(f.read_text()) for f in pid_files]
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    try:
+        parent.send_signal(signal.SIGTERM)
+        parent.wait(timeout=20)  # not 120 s: nobody waited for the children's limits
+        deadline = time.monotonic() + 5
+        while any(alive(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(alive(pid) for pid in children), "a test process outlived its tool"
+        assert not (tmp_path / "pid2").exists(), "a queued run started after the stop"
+    finally:  # whatever failed, leave nothing running
+        parent.kill()
+        for pid in children:
+            if alive(pid):
+                os.killpg(pid, signal.SIGKILL)

@@ -48,7 +48,7 @@ from course.checks import (
 from course.outputs import OUTPUTS
 from course.paths import BUILD, PYTHON, ROOT, WORK
 from course.report import console, print_cases, print_failure, print_snapshot
-from course.runner import run_main, sandbox_env
+from course.runner import end_runs_on_interrupt, run_main, sandbox_env
 from course.snapshot import build_snapshot, sync_skeletons, tree_of
 from course.store import ProgressStore, backup
 from course.workspace import plan_start, sha
@@ -354,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     sync = command("sync", cmd_sync, "maintainer: regenerate chapters/*/skeleton/")
     sync.add_argument("--check", action="store_true", help="only name stale files")
     args = parser.parse_args(argv)
+    end_runs_on_interrupt()
     try:
         return args.run(Course.load(args.root.resolve()).check(), args)
     except CourseError as error:

@@ -22,6 +22,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -91,6 +92,35 @@ class Process:
     seconds: float
 
 
+# Every process group run_process has started and not yet reaped, from every thread: the
+# tools run tests in thread pools (mutants, chapters, students), and a Ctrl-C reaches only the
+# main thread, so the groups the workers wait on are killed from here (end_all_runs).
+RUNNING: set[subprocess.Popen] = set()
+ENDING = threading.Event()  # set once the tool is stopping: run_process starts nothing more
+
+
+def end_all_runs() -> None:
+    """Kill every running group, the thread-pool workers' included, and start no more."""
+    ENDING.set()
+    for proc in list(RUNNING):
+        kill_group(proc)
+
+
+def end_runs_on_interrupt() -> None:
+    """Make Ctrl-C, SIGTERM and SIGHUP kill every running group at once, then raise
+    KeyboardInterrupt in the main thread, which the tool reports as a stop.
+
+    Killing first matters: unwinding through a thread pool waits for its workers, and they
+    wait for their processes, which would otherwise run on to their time limits."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        end_all_runs()
+        raise KeyboardInterrupt
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, interrupt)
+
+
 def run_process(
     cmd: list[str],
     cwd: Path,
@@ -101,8 +131,11 @@ def run_process(
 ) -> Process:
     """Run cmd in its own process group; kill the whole group at the timeout, or as soon as
     `overran()` (asked every POLL_S) says so (returncode None), or on Ctrl-C (then
-    KeyboardInterrupt propagates, with nothing left running). With `dump_stacks` the process
-    gets DUMP_SIGNAL first, so that the pytest plugin records every thread's stack."""
+    KeyboardInterrupt propagates, with nothing left running; also in a worker thread, once
+    `end_all_runs` has killed its group). With `dump_stacks` the process gets DUMP_SIGNAL
+    first, so that the pytest plugin records every thread's stack."""
+    if ENDING.is_set():
+        raise KeyboardInterrupt  # the tool is stopping (end_all_runs)
     start = time.monotonic()
     proc = subprocess.Popen(
         cmd,
@@ -115,11 +148,16 @@ def run_process(
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
+    RUNNING.add(proc)
+    if ENDING.is_set():  # stopped while this one was starting
+        kill_group(proc)
     try:
         while True:
             try:
                 # A communicate() that timed out can be called again without losing output.
                 out, err = proc.communicate(timeout=POLL_S if overran else timeout)
+                if ENDING.is_set():  # killed by end_all_runs: its result means nothing
+                    raise KeyboardInterrupt
                 return Process(proc.returncode, out, err, time.monotonic() - start)
             except subprocess.TimeoutExpired:
                 if time.monotonic() - start >= timeout or (overran is not None and overran()):
@@ -133,6 +171,8 @@ def run_process(
         kill_group(proc)
         proc.communicate()
         raise
+    finally:
+        RUNNING.discard(proc)
     return Process(None, out, err, time.monotonic() - start)
 
 
