@@ -172,10 +172,16 @@ def run_until_idle(scheduler, max_steps: int = SCHEDULER_MAX_STEPS) -> list[list
     return steps
 
 
-def random_prompts(seed: int, count: int, longest: int = 40) -> list[list[int]]:
-    """`count` prompts of 3 to `longest` random ids in [10, 400), the same for the same seed."""
+def random_prompts(
+    seed: int, count: int, longest: int = 40, shortest: int = 3, ids_below: int = 400
+) -> list[list[int]]:
+    """`count` prompts of `shortest` to `longest` random ids in [10, ids_below), the same for
+    the same arguments."""
     rng = random.Random(seed)
-    return [[rng.randrange(10, 400) for _ in range(rng.randint(3, longest))] for _ in range(count)]
+    return [
+        [rng.randrange(10, ids_below) for _ in range(rng.randint(shortest, longest))]
+        for _ in range(count)
+    ]
 
 
 def run_prompts(scheduler, prompts: list[list[int]], max_tokens: list[int]) -> list[list[int]]:  # noqa: ANN001

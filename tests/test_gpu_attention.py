@@ -11,14 +11,13 @@ wrappers and for CUDA graphs; these tests run the real ones.
 from __future__ import annotations
 
 import importlib.util
-import random
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import TINY_MODELS, require_model
+from conftest import TINY_MODELS, random_prompts, require_model
 from minisgl.core import SamplingParams
 
 HAS_GPU = torch.cuda.is_available() and importlib.util.find_spec("flashinfer") is not None
@@ -110,9 +109,9 @@ def relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
     return ((got - expected).norm() / expected.norm()).item()
 
 
-def random_prompts(count: int, seed: int) -> list[list[int]]:
-    rng = random.Random(seed)
-    return [[rng.randrange(10, 10000) for _ in range(rng.randint(20, 300))] for _ in range(count)]
+def long_prompts(count: int, seed: int) -> list[list[int]]:
+    """`count` prompts of 20 to 300 ids in [10, 10000): long enough to span several pages."""
+    return random_prompts(seed, count, longest=300, shortest=20, ids_below=10000)
 
 
 class HandBatch:
@@ -198,7 +197,7 @@ def hand_logits(
 @pytest.mark.parametrize("phase", [0, 1], ids=["prefill", "decode"])
 def test_flashinfer_logits_match_torch_backend_within_bf16_tolerance(qwen3_h128, phase):
     """Both in bf16, against the torch backend in float32: FlashInfer is no less accurate."""
-    prompts = random_prompts(8, seed=1)
+    prompts = long_prompts(8, seed=1)
     exact = hand_logits(qwen3_h128, "torch", prompts, torch.float32)[phase]
     ours = hand_logits(qwen3_h128, "flashinfer", prompts)[phase]
     torch_bf16 = hand_logits(qwen3_h128, "torch", prompts)[phase]
@@ -242,7 +241,7 @@ def test_flashinfer_greedy_tokens_agree_with_torch_backend(qwen3_h128):
     (teacher forcing), so one near-tie cannot make the rest of a sequence differ: a random
     model's logits are flat, and free-running bf16 sequences split early whatever the kernel.
     The float32 torch backend shows how often bf16 rounding alone changes the argmax."""
-    prompts, steps = random_prompts(16, seed=2), 64
+    prompts, steps = long_prompts(16, seed=2), 64
     runs = {
         "flashinfer": HandBatch(qwen3_h128, "flashinfer", prompts, steps),
         "torch": HandBatch(qwen3_h128, "torch", prompts, steps),
@@ -267,7 +266,7 @@ def test_flashinfer_greedy_tokens_agree_with_torch_backend(qwen3_h128):
 @requires_gpu
 def test_cuda_graphs_give_the_same_tokens_as_eager_decode(qwen3_h128):
     # Different lengths, so the batch shrinks through sizes that replay a padded graph.
-    prompts = random_prompts(13, seed=3)
+    prompts = long_prompts(13, seed=3)
     max_tokens = [8 + 5 * i for i in range(13)]
     with_graphs = greedy_tokens(
         qwen3_h128, prompts, max_tokens, attention_backend="flashinfer", cuda_graph_max_bs=16
@@ -308,7 +307,7 @@ def test_fused_layers_stay_within_bf16_tolerance_of_the_torch_layers(qwen3_h128,
     chapter 2's torch layers: both in bf16, both measured against the model in float32."""
     from minisgl.kernels.fused_layers import FusedRMSNorm
 
-    prompts = random_prompts(8, seed=3)
+    prompts = long_prompts(8, seed=3)
     reference = HandBatch(qwen3_h128, "torch", prompts, 8, dtype=torch.float32)
     monkeypatch.setenv("MINISGL_KERNELS", "torch")
     plain = HandBatch(qwen3_h128, "flashinfer", prompts, 8)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_gpu_attention import HAS_GPU, greedy_tokens, qwen3_h128, random_prompts  # noqa: F401
+from test_gpu_attention import HAS_GPU, greedy_tokens, long_prompts, qwen3_h128  # noqa: F401
 from test_gpu_parity import MAX_TOKENS, float32_llm, hf_tokens, prompts
 
 from minisgl.core import SamplingParams
@@ -45,7 +45,7 @@ def test_mixed_and_optimistic_give_transformers_tokens_on_cuda_in_float32(mode):
 
 @pytest.mark.skipif(not HAS_GPU, reason="needs CUDA and flashinfer")
 def test_flashinfer_runs_mixed_optimistic_batches_to_the_end(qwen3_h128):  # noqa: F811
-    prompts_ = random_prompts(12, seed=5)
+    prompts_ = long_prompts(12, seed=5)
     max_tokens = [32] * 12
     plain = greedy_tokens(qwen3_h128, prompts_, max_tokens, attention_backend="flashinfer")
     mixed = greedy_tokens(
