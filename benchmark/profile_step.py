@@ -2,6 +2,7 @@
 
     python benchmark/profile_step.py --model random-qwen3-0.6b --json results.jsonl
     python benchmark/profile_step.py --decode-batches 1,64,256 --page-size 256  # decode only
+    python benchmark/profile_step.py --page-size 256 --max-extend-tokens 16384  # as upstream
 
 Queues the official workload's first requests (up to one prefill budget of prompt tokens),
 runs their prefill and a few decode steps, and profiles one prefill step and one decode step
@@ -94,6 +95,9 @@ def main() -> int:
     )
     parser.add_argument("--page-size", type=int, default=16)
     parser.add_argument(
+        "--max-extend-tokens", type=int, help="the prefill budget (the official workload's: 16384)"
+    )
+    parser.add_argument(
         "--decode-batches", help="comma-separated batch sizes: profile a decode step at each"
     )
     args = parser.parse_args()
@@ -108,6 +112,7 @@ def main() -> int:
         page_size=args.page_size,
         show_progress=False,
         max_seq_len=work.longest + 16,
+        **({"max_extend_tokens": args.max_extend_tokens} if args.max_extend_tokens else {}),
     ) as llm:
         scheduler = llm.scheduler
         llm.generate(work.prompts[:2], SamplingParams(max_tokens=4, ignore_eos=True))  # warm up

@@ -70,7 +70,7 @@ def test_add_rmsnorm_returns_the_normed_sum_and_the_sum(size: int, dtype: torch.
 def test_norm_rope_matches_norms_then_rotary_on_views_of_qkv(
     head_dim: int, with_norm: bool, dtype: torch.dtype
 ) -> None:
-    heads, kv_heads, tokens = 4, 2, 6
+    heads, kv_heads, tokens = 6, 2, 6  # one program per token's q or k: padded, masked rows
     rotary = RotaryEmbedding(head_dim, 10_000.0, 64)
     qkv = torch.randn(tokens, (heads + 2 * kv_heads) * head_dim, dtype=dtype)
     q, k, _ = qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
