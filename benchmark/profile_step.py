@@ -27,6 +27,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from minisgl.benchmark import WORKLOADS, append_result, make_workload
+from minisgl.scheduler.config import SchedulerConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from offline import RANDOM_MODEL, resolve_model  # noqa: E402
@@ -95,7 +96,10 @@ def main() -> int:
     )
     parser.add_argument("--page-size", type=int, default=16)
     parser.add_argument(
-        "--max-extend-tokens", type=int, help="the prefill budget (the official workload's: 16384)"
+        "--max-extend-tokens",
+        type=int,
+        default=SchedulerConfig.max_extend_tokens,
+        help="the prefill budget (the engine's default; the official workload's: 16384)",
     )
     parser.add_argument(
         "--decode-batches", help="comma-separated batch sizes: profile a decode step at each"
@@ -112,7 +116,7 @@ def main() -> int:
         page_size=args.page_size,
         show_progress=False,
         max_seq_len=work.longest + 16,
-        **({"max_extend_tokens": args.max_extend_tokens} if args.max_extend_tokens else {}),
+        max_extend_tokens=args.max_extend_tokens,
     ) as llm:
         scheduler = llm.scheduler
         llm.generate(work.prompts[:2], SamplingParams(max_tokens=4, ignore_eos=True))  # warm up
