@@ -609,8 +609,10 @@ def cache_req_regions(data: dict) -> tuple[str, str]:
 @drawing("ch20_moe.h200")
 @drawing("ch21_benchmark.h200")
 def measured_bars(data: dict) -> tuple[str, str]:
-    """One bar per measurement, the peer's (transformers, torch code) in a second color."""
+    """One bar per measurement, the peer's (transformers, torch code) in a second color; a
+    row's optional note (how many runs, their range) follows its value."""
     left, bar, gap, scale_width = 230, 22, 8, 400
+    notes = any(row.get("note") for row in data["bars"])
     largest = max(row["value"] for row in data["bars"])
     height = 20 + len(data["bars"]) * (bar + gap)
     body: list[str] = []
@@ -619,12 +621,15 @@ def measured_bars(data: dict) -> tuple[str, str]:
         color = COLORS["waiting"] if row["peer"] else COLORS["prefill"]
         length = max(1.0, scale_width * row["value"] / largest)
         value = f"{row['value']:,.{0 if row['value'] >= 100 else 2}f} {data['unit']}"
+        if row.get("note"):
+            value += f" ({row['note']})"
         body += [
             text(left - 8, y + 15, row["label"], 12, "end"),
             rect(left, y, length, bar, color, value),
             text(left + length + 6, y + 15, value, 11),
         ]
-    return svg(left + scale_width + 130, height, body, data["caption"]), data["caption"]
+    width = left + scale_width + (330 if notes else 130)
+    return svg(width, height, body, data["caption"]), data["caption"]
 
 
 # --- chapter 17: a batch in FlashInfer's CSR form ---------------------------------------------
