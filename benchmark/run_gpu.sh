@@ -4,6 +4,7 @@
 #
 #   benchmark/run_gpu.sh tests,offline,steps,timeline        # any stages, run in the order given
 #   benchmark/run_gpu.sh hf                                  # engine and transformers, one run
+#   benchmark/run_gpu.sh single                              # one request's time per token
 #   benchmark/run_gpu.sh kernels,online,moe                  # chapter 19 ablation, online, MoE
 #   benchmark/run_gpu.sh profile                             # a prefill and a decode step's kernels
 #   benchmark/run_gpu.sh attention,launch                    # FlashInfer's decode alone; launch costs
@@ -59,6 +60,10 @@ for stage in ${STAGES//,/ }; do
       python3 benchmark/offline.py --workload official --model random-qwen3-0.6b \
           --dtype bfloat16 --variants "${HF_VARIANTS:-minisgl,transformers,torch-backend}" --hf-batch-size 256 \
           --step-times --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/offline_hf.log" ;;
+    single)  # one request, a 512-token prompt and 512 new tokens: its time per output token
+      python3 benchmark/offline.py --workload single --model random-qwen3-0.6b --dtype bfloat16 \
+          --variants minisgl,transformers --step-times --json "$OUT/results.jsonl" \
+          2>&1 | tee "$OUT/offline_single.log" ;;
     attention)  # FlashInfer's decode kernel alone: KV layouts, tensor cores, the KV-read floor
       python3 benchmark/attention_kernels.py ${ATTENTION_ARGS:-} --json "$OUT/results.jsonl" \
           2>&1 | tee "$OUT/attention.log" ;;

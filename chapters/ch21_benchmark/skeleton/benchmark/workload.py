@@ -25,6 +25,9 @@ WORKLOADS: dict[str, WorkloadSpec] = {
     # randint(0, 10000), drawn in the order of nano-vllm's bench.py (which mini-sglang's adapts),
     # so the token counts match that benchmark's: 142,827 input and 133,966 output with seed 0.
     "official": WorkloadSpec(256, (100, 1024), (100, 1024), token_ids=(0, 10000)),
+    # One request alone, a 512-token prompt and 512 new tokens: the time per output token a
+    # single user sees (its decode steps, at batch 1).
+    "single": WorkloadSpec(1, (512, 512), (512, 512)),
 }
 
 
