@@ -303,7 +303,9 @@ class FakePrefillWrapper:
 class FakeDecodeWrapper:
     """flashinfer.BatchDecodeWithPagedKVCacheWrapper's contract, in plain torch. With
     use_cuda_graph, plan copies into the fixed buffers and run reads them (as a replayed graph
-    does), and the batch size is the fixed buffer's."""
+    does), and the batch size is the fixed buffer's. The split of the work that plan computes
+    holds for the pages per request it was planned with (kv_indptr): a run over buffers that
+    say otherwise raises, where FlashInfer's kernels would read the wrong pages."""
 
     def __init__(
         self,
@@ -324,6 +326,7 @@ class FakeDecodeWrapper:
             paged_kv_last_page_len_buffer,
         )
         self.planned: Plan | None = None
+        self.split_for: list[int] = []  # the kv_indptr of the last plan (graphs)
 
     def plan(
         self,
@@ -367,12 +370,19 @@ class FakeDecodeWrapper:
             indptr_buf.copy_(indptr)
             indices_buf[: len(indices)].copy_(indices)
             last_buf.copy_(last_page_len)
+            self.split_for = indptr.tolist()
         self.planned = plan(*self.buffers)
 
     def run(self, q: torch.Tensor, paged_kv: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         assert self.planned is not None, "run before plan"
         self.log.append(("graph decode" if self.use_cuda_graph else "decode", "run"))
         with HostSyncGuard.library():
+            if self.use_cuda_graph and self.buffers[0].tolist() != self.split_for:
+                raise ValueError(
+                    f"run: the buffers hold kv_indptr {self.buffers[0].tolist()}, but this "
+                    f"wrapper's work was split for {self.split_for}: plan again when the pages "
+                    "per request change"
+                )
             return self.planned.attend(q, paged_kv)
 
 

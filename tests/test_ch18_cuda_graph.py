@@ -278,6 +278,42 @@ def test_a_replay_equals_the_eager_forward_and_writes_no_live_kv(monkeypatch, fa
     assert fake.syncs == [], "the step waited for the device:\n" + "\n".join(fake.syncs)
 
 
+def test_a_graph_is_planned_again_only_when_its_pages_per_request_change(monkeypatch, fake):
+    """A decode step adds one token to each request: until one of them needs a new page, the
+    split of the work planned for the graph still holds, and only the fixed buffers take the
+    new batch (other pages, other last-page lengths). Other page counts, or another graph
+    planned in between over the same buffers, and the replay must still see its own batch."""
+    engine = graph_engine(monkeypatch, fake, max_bs=4)
+    fill_pool(engine)
+    plans = lambda: fake.log.count(("graph decode", "plan"))  # noqa: E731
+
+    def replanned(seq_lens: list[int]) -> bool:
+        """Replay a decode batch of these lengths (on new pages), check it against an eager
+        forward, and say whether its graph was planned again."""
+        before = plans()
+        batch = hand_batch(engine, seq_lens, [n - 1 for n in seq_lens], "decode")
+        with torch.inference_mode():
+            engine.attn_backend.prepare_metadata(batch)
+            with engine.ctx.forward_batch(batch):
+                eager = engine.model().clone()
+            engine.prepare_batch(batch)
+            replayed = engine.run_model(batch)
+        torch.testing.assert_close(replayed, eager, atol=1e-5, rtol=1e-5)
+        return plans() > before
+
+    # pages of 4: 9 -> 3 pages, 3 -> 1, 14 -> 4
+    assert replanned([9, 3, 14]), "a batch new to its graph must be planned"
+    assert not replanned([10, 4, 15]), (
+        "the same pages per request (3, 1, 4): the graph's plan still holds, refresh its "
+        "buffers only (plan_graph_decode)"
+    )
+    assert replanned([13, 4, 15]), "13 tokens take a fourth page: plan again"
+    assert replanned([2, 5]), "graph 2 is planned on its own"
+    assert not replanned([13, 3, 16]), "graph 4's pages (4, 1, 4) again, after graph 2's plan"
+    assert replanned([10, 4, 15]), "back to (3, 1, 4): graph 4 was last planned for (4, 1, 4)"
+    assert fake.syncs == [], "the step waited for the device:\n" + "\n".join(fake.syncs)
+
+
 def test_each_graph_is_captured_over_a_batch_planned_for_its_size(monkeypatch, fake):
     """Capture plans an all-padding batch of the graph's size on the host first (its own graph
     wrapper, over the fixed buffers), then records: plan, warm-up, capture, for each size."""

@@ -1,7 +1,9 @@
-"""The fused layers of minisgl.kernels.fused_layers against chapter 2's torch layers.
+"""The fused layers of minisgl.kernels.fused_layers against chapter 2's torch layers, and what
+chapter 19's engine extension hands an engine on the kernel path.
 
 They run here in Triton's interpreter, on CPU tensors in float32 (TRITON_INTERPRET=1 must be set
-before triton is imported); tests/test_gpu_fused_layers.py compares them in bfloat16 on a GPU.
+before triton is imported); tests/test_gpu_attention.py compares them in bfloat16 on a GPU
+(`test_fused_layers_stay_within_bf16_tolerance_of_the_torch_layers`).
 """
 
 from __future__ import annotations
@@ -114,3 +116,21 @@ def test_a_fused_model_gives_transformers_greedy_tokens(name: str) -> None:
             tokens[out.uid].append(out.token)
     for uid, ids in zip(uids, prompts):
         assert tokens[uid] == hf_greedy_cached(model, ids, 6), f"prompt {ids}"
+
+
+def test_the_kernel_path_gathers_flashinfers_pages_with_the_kernel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the kernels on, the extension gives a FlashInfer backend chapter 19's page gather;
+    without them, it keeps chapter 17's."""
+    from test_ch17_gpu_attention import FakeFlashInfer, hand_engine
+
+    from minisgl.attention import fi
+    from minisgl.kernels import step_inputs
+
+    monkeypatch.setenv("MINISGL_KERNELS", "triton")
+    engine = hand_engine(monkeypatch, FakeFlashInfer(), "flashinfer", page_size=4)
+    assert engine.attn_backend.gather_pages is step_inputs.gather_page_indices
+    monkeypatch.setenv("MINISGL_KERNELS", "torch")
+    engine = hand_engine(monkeypatch, FakeFlashInfer(), "flashinfer", page_size=4)
+    assert engine.attn_backend.gather_pages is fi.gather_page_indices

@@ -1,8 +1,9 @@
 """Triton kernels for work that torch does in many tiny launches (chapter 19).
 
-On CUDA the engine uses them in place of the torch code of chapters 2-4: the KV store, the
-step's input gather and the sampled tokens' write-back (`KernelKVCache`, `KernelTableManager`),
-and for 16-bit models the decoder's norms, RoPE and SiLU-and-mul (`fuse_layers`). The choice is
+On CUDA the engine uses them in place of the torch code of chapters 2-4 and 17: the KV store,
+the step's input gather and the sampled tokens' write-back (`KernelKVCache`,
+`KernelTableManager`), FlashInfer's page gather (`gather_page_indices`), and for 16-bit models
+the decoder's norms, RoPE and SiLU-and-mul (`fuse_layers`). The choice is
 made once, per engine, by the extension this package registers; on the CPU the engine keeps the
 torch code, which is also what the tests compare the kernels against.
 
@@ -39,14 +40,23 @@ def use_kernel_parts(engine: Engine) -> None:
         engine.table_manager_type = KernelTableManager
 
 
-def use_fused_layers(engine: Engine) -> None:
-    """Fuse the model's small layers, for 16-bit models (float32 keeps chapter 2's arithmetic)."""
-    if uses_kernels(engine) and engine.dtype in (torch.float16, torch.bfloat16):
+def use_kernel_layers(engine: Engine) -> None:
+    """Fuse the model's small layers, for 16-bit models (float32 keeps chapter 2's arithmetic),
+    and let a FlashInfer backend gather its page lists with the kernel."""
+    if not uses_kernels(engine):
+        return
+    if engine.dtype in (torch.float16, torch.bfloat16):
         from minisgl.kernels.fused_layers import fuse_layers
 
         fuse_layers(engine.model)
+    if hasattr(engine.attn_backend, "gather_pages"):
+        from minisgl.kernels.step_inputs import gather_page_indices
+
+        engine.attn_backend.gather_pages = gather_page_indices
 
 
 register_engine_extension(
-    EngineExtension("triton kernels", order=10, configure=use_kernel_parts, finish=use_fused_layers)
+    EngineExtension(
+        "triton kernels", order=10, configure=use_kernel_parts, finish=use_kernel_layers
+    )
 )

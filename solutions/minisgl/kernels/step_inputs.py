@@ -6,7 +6,9 @@ the page table). torch builds one small tensor per request on the host and then 
 advanced indexing, a handful of launches and as many host ops as there are requests. Here the
 host packs four numbers per request into one tensor, copies it once, and one launch does the
 rest. After sampling, `write_next_tokens` is the mirror image: one launch scatters each
-request's token into its token-pool row.
+request's token into its token-pool row. And FlashInfer's page lists (chapter 17) take the
+pages of every request from the page table: `gather_page_indices` does it in one launch where
+torch needs about ten.
 """
 
 from __future__ import annotations
@@ -154,6 +156,68 @@ def write_next_tokens(batch: Batch, next_tokens: torch.Tensor, token_pool: torch
         token_pool.stride(0),
         BLOCK=REQUESTS_PER_PROGRAM,
     )
+
+
+PAGES_PER_BLOCK = 128  # pages of one request that one program gathers
+
+
+@triton.jit
+def gather_page_indices_kernel(
+    rows_ptr,
+    num_pages_ptr,
+    kv_indptr_ptr,
+    page_table_ptr,
+    row_stride,
+    page_size,
+    kv_indices_ptr,
+    BLOCK: tl.constexpr,
+):
+    """The pages of one block of one request, read from its page-table row.
+
+    Program (req, block) of a [requests, blocks] grid handles pages block * BLOCK +
+    arange(BLOCK) of request req, masked to < num_pages[req]. Page k is the slot of the
+    request's token k * page_size (cell rows[req] * row_stride + k * page_size of the page
+    table, in int64), divided by page_size; it goes to kv_indices[kv_indptr[req] + k].
+    """
+    req = tl.program_id(0)
+    pages = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    inside = pages < tl.load(num_pages_ptr + req)
+    row = tl.load(rows_ptr + req).to(tl.int64) * row_stride
+    slots = tl.load(page_table_ptr + row + pages.to(tl.int64) * page_size, mask=inside)
+    tl.store(kv_indices_ptr + tl.load(kv_indptr_ptr + req) + pages, slots // page_size, mask=inside)
+
+
+def gather_page_indices(
+    page_table: torch.Tensor,
+    rows: torch.Tensor,
+    num_pages: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    total_pages: int,
+    page_size: int,
+) -> torch.Tensor:
+    """Chapter 17's gather of FlashInfer's page list, in one launch.
+
+    Same arguments and result as chapter 17's `gather_page_indices`: the pages of every
+    request, concatenated, int32, total_pages of them. Allocate the output and launch
+    gather_page_indices_kernel on a grid (requests, cdiv(most, PAGES_PER_BLOCK)). The page
+    counts are on the device, and reading their maximum would make the host wait: `most` is a
+    bound the host knows, the smaller of total_pages and the pages a page-table row holds
+    (cdiv(row length, page_size)). Blocks past a request's own pages store nothing.
+    """
+    kv_indices = torch.empty(total_pages, dtype=torch.int32, device=page_table.device)
+    most_pages = min(total_pages, triton.cdiv(page_table.shape[1], page_size))
+    grid = (len(rows), triton.cdiv(most_pages, PAGES_PER_BLOCK))
+    gather_page_indices_kernel[grid](
+        rows,
+        num_pages,
+        kv_indptr,
+        page_table,
+        page_table.stride(0),
+        page_size,
+        kv_indices,
+        BLOCK=PAGES_PER_BLOCK,
+    )
+    return kv_indices
 
 
 class KernelTableManager(TableManager):

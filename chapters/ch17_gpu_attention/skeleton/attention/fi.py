@@ -24,7 +24,7 @@ import importlib
 import importlib.util
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -110,6 +110,7 @@ class DescribedBatch:
     qo_indptr: torch.Tensor
     last_page_len: torch.Tensor
     last_indices: torch.Tensor  # [batch] on the device: each request's last token in the batch
+    lists: PageLists  # the lists these tensors hold, as host lists (padding included)
 
 
 class FlashInferBackend(BaseAttnBackend):
@@ -137,6 +138,8 @@ class FlashInferBackend(BaseAttnBackend):
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         self.device = page_table.device
         self.dtype = kv_cache.k_cache(0).dtype
+        # How describe gathers the pages: chapter 19 swaps in a kernel that does it in one launch.
+        self.gather_pages: Callable[..., torch.Tensor] = gather_page_indices
         self.workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
         self.prefill_wrapper = self.wrappers.BatchPrefillWithPagedKVCacheWrapper(
             self.workspace, kv_layout="NHD", backend="fa2"
@@ -152,6 +155,8 @@ class FlashInferBackend(BaseAttnBackend):
         # captured batch size. Set up by init_cuda_graph.
         self._graph_wrappers: dict[int, Any] = {}
         self._graph_buffers: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        # graph batch size -> the kv_indptr its wrapper was last planned for
+        self._graph_plans: dict[int, list[int]] = {}
         self._graph_rows = torch.empty(0, dtype=torch.int64, device=self.device)
 
     # ----- metadata -------------------------------------------------------------------------
@@ -186,7 +191,7 @@ class FlashInferBackend(BaseAttnBackend):
         dev_rows, dev_pages, dev_indptr, dev_qo = on_device.split(
             [size, size, n_all + 1, n_all + 1 + n_all]
         )
-        kv_indices = gather_page_indices(
+        kv_indices = self.gather_pages(
             self.page_table,
             dev_rows.long(),
             dev_pages,
@@ -198,7 +203,7 @@ class FlashInferBackend(BaseAttnBackend):
             pad = torch.full((n_all - size,), pad_page, dtype=torch.int32, device=self.device)
             kv_indices = torch.cat([kv_indices, pad])
         last_indices = dev_qo[1 : size + 1].long() - 1
-        return DescribedBatch(kv_indices, kv_indptr, qo_indptr, last_page_len, last_indices)
+        return DescribedBatch(kv_indices, kv_indptr, qo_indptr, last_page_len, last_indices, lists)
 
     def _plan_common(self) -> dict[str, Any]:
         return dict(
@@ -293,13 +298,39 @@ class FlashInferBackend(BaseAttnBackend):
             )
         return wrapper
 
+    def plan_graph_decode(self, graph_batch_size: int, described: DescribedBatch) -> Any:
+        """Plan the decode wrapper of graph `graph_batch_size` for a described batch (padded to
+        that size), and return it. Planning writes the batch into the fixed buffers.
+
+        A plan has two parts: the batch's lists, copied into the fixed buffers, and the split
+        of the work over thread blocks, computed on the host and copied into the wrapper's own
+        workspace. In FlashInfer 0.6.6 that split depends only on the pages of each request
+        (kv_indptr), never on how full a last page is (`PrefillSplitQOKVIndptr` in
+        include/flashinfer/attention/scheduler.cuh, which the tensor-core decode plans with).
+        So while a graph's batch keeps its page counts (a decode step adds one token to each
+        request, and a page holds page_size of them), only the buffers need the new batch:
+        the split stays valid, and the host skips most of the plan's work.
+        """
+        wrapper = self._graph_wrapper(graph_batch_size)
+        if self._graph_plans.get(graph_batch_size) == described.lists.kv_indptr:
+            # The buffers are shared by every graph: rewrite all three.
+            indptr, indices, last_page_len = self._graph_buffers
+            indptr[: graph_batch_size + 1].copy_(described.kv_indptr, non_blocking=True)
+            indices[: len(described.kv_indices)].copy_(described.kv_indices)
+            last_page_len[:graph_batch_size].copy_(described.last_page_len, non_blocking=True)
+        else:
+            self.plan_decode(wrapper, described)
+            self._graph_plans[graph_batch_size] = described.lists.kv_indptr
+        return wrapper
+
     def prepare_for_graph(self, batch: Batch, graph_batch_size: int, pad_page: int) -> None:
         """Plan the decode wrapper of the graph captured for `graph_batch_size` rows.
 
         Describe the batch padded to graph_batch_size rows (padding reads pad_page), and plan
-        self._graph_wrapper(graph_batch_size): planning writes into the fixed buffers, so the
-        next replay reads this batch. The metadata's last_indices must be a fixed tensor too,
-        self._graph_rows[:graph_batch_size], since the captured LM head reads it every replay.
+        it with self.plan_graph_decode: planning writes into the fixed buffers, so the next
+        replay reads this batch. The metadata holds the wrapper it returns, and its
+        last_indices must be a fixed tensor too, self._graph_rows[:graph_batch_size], since the
+        captured LM head reads it every replay.
         """
         raise NotImplementedError("written in chapter 18: Plan the decode wrapper of the graph captured for `graph_batch_size` rows.")
 

@@ -6,7 +6,9 @@ the page table). torch builds one small tensor per request on the host and then 
 advanced indexing, a handful of launches and as many host ops as there are requests. Here the
 host packs four numbers per request into one tensor, copies it once, and one launch does the
 rest. After sampling, `write_next_tokens` is the mirror image: one launch scatters each
-request's token into its token-pool row.
+request's token into its token-pool row. And FlashInfer's page lists (chapter 17) take the
+pages of every request from the page table: `gather_page_indices` does it in one launch where
+torch needs about ten.
 """
 
 from __future__ import annotations
@@ -92,6 +94,50 @@ def write_next_tokens(batch: Batch, next_tokens: torch.Tensor, token_pool: torch
     launch write_next_tokens_kernel on cdiv(writers, REQUESTS_PER_PROGRAM) programs.
     """
     raise NotImplementedError("ch19: Store each sampled token at (table_idx, device_len) of the token pool: one launch.")
+
+
+PAGES_PER_BLOCK = 128  # pages of one request that one program gathers
+
+
+@triton.jit
+def gather_page_indices_kernel(
+    rows_ptr,
+    num_pages_ptr,
+    kv_indptr_ptr,
+    page_table_ptr,
+    row_stride,
+    page_size,
+    kv_indices_ptr,
+    BLOCK: tl.constexpr,
+):
+    """The pages of one block of one request, read from its page-table row.
+
+    Program (req, block) of a [requests, blocks] grid handles pages block * BLOCK +
+    arange(BLOCK) of request req, masked to < num_pages[req]. Page k is the slot of the
+    request's token k * page_size (cell rows[req] * row_stride + k * page_size of the page
+    table, in int64), divided by page_size; it goes to kv_indices[kv_indptr[req] + k].
+    """
+    raise NotImplementedError("ch19: The pages of one block of one request, read from its page-table row.")
+
+
+def gather_page_indices(
+    page_table: torch.Tensor,
+    rows: torch.Tensor,
+    num_pages: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    total_pages: int,
+    page_size: int,
+) -> torch.Tensor:
+    """Chapter 17's gather of FlashInfer's page list, in one launch.
+
+    Same arguments and result as chapter 17's `gather_page_indices`: the pages of every
+    request, concatenated, int32, total_pages of them. Allocate the output and launch
+    gather_page_indices_kernel on a grid (requests, cdiv(most, PAGES_PER_BLOCK)). The page
+    counts are on the device, and reading their maximum would make the host wait: `most` is a
+    bound the host knows, the smaller of total_pages and the pages a page-table row holds
+    (cdiv(row length, page_size)). Blocks past a request's own pages store nothing.
+    """
+    raise NotImplementedError("ch19: Chapter 17's gather of FlashInfer's page list, in one launch.")
 
 
 class KernelTableManager(TableManager):
