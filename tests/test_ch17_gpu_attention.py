@@ -449,6 +449,27 @@ def random_placement(
     return table, rows
 
 
+def gather_arguments(
+    seq_lens: list[int], page_size: int, seed: int
+) -> tuple[tuple[Any, ...], list[int], list[int]]:
+    """Requests on random pages and random table rows, in any order: gather_page_indices'
+    arguments as the backend passes them (int64 rows, int32 counts and offsets), and the
+    requests' rows and lengths in that order."""
+    table, rows = random_placement(seq_lens, page_size, 1000, seed=seed)
+    order = random.Random(seed).sample(range(len(rows)), len(rows))
+    rows, seq_lens = [rows[i] for i in order], [seq_lens[i] for i in order]
+    lists = page_lists(seq_lens, seq_lens, page_size)
+    args = (
+        table,
+        torch.tensor(rows),
+        torch.tensor(lists.num_pages, dtype=torch.int32),
+        torch.tensor(lists.kv_indptr, dtype=torch.int32),
+        lists.kv_indptr[-1],
+        page_size,
+    )
+    return args, rows, seq_lens
+
+
 def pages_by_walking(table: torch.Tensor, row: int, seq_len: int, page_size: int) -> list[int]:
     """A request's pages in order, from the slot of every one of its tokens."""
     pages: list[int] = []
@@ -522,20 +543,11 @@ def test_page_lists_of_any_batch_follow_the_documented_formulas(rows, page_size)
 def test_gather_page_indices_of_any_placement_without_waiting(seq_lens, page_size, seed):
     """Requests on random pages and random table rows, the tensors typed as the backend
     passes them (int64 rows, int32 counts and offsets): the walked pages, int32, no sync."""
-    table, rows = random_placement(seq_lens, page_size, 1000, seed=seed)
-    order = random.Random(seed).sample(range(len(rows)), len(rows))  # rows in any order
-    rows, seq_lens = [rows[i] for i in order], [seq_lens[i] for i in order]
-    lists = page_lists(seq_lens, seq_lens, page_size)
+    args, rows, seq_lens = gather_arguments(seq_lens, page_size, seed)
+    table = args[0]
     walked = [pages_by_walking(table, row, n, page_size) for row, n in zip(rows, seq_lens)]
     with HostSyncGuard("gather_page_indices", fatal=True):
-        got = gather_page_indices(
-            table,
-            torch.tensor(rows),
-            torch.tensor(lists.num_pages, dtype=torch.int32),
-            torch.tensor(lists.kv_indptr, dtype=torch.int32),
-            lists.kv_indptr[-1],
-            page_size,
-        )
+        got = gather_page_indices(*args)
     assert got.dtype == torch.int32, f"kv_indices are {got.dtype}: FlashInfer takes int32"
     assert got.tolist() == [page for pages in walked for page in pages]
 

@@ -13,7 +13,6 @@ greedy tokens.
 from __future__ import annotations
 
 import os
-import random
 
 os.environ["TRITON_INTERPRET"] = "1"  # before minisgl.kernels imports triton's jit
 
@@ -25,10 +24,9 @@ import torch
 from conftest import TINY_MODELS, hf_greedy_cached, require_model, run_until_idle
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_ch17_gpu_attention import HostSyncGuard, random_placement
+from test_ch17_gpu_attention import HostSyncGuard, gather_arguments
 
 from minisgl.attention.fi import gather_page_indices as torch_gather_page_indices
-from minisgl.attention.fi import page_lists
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.kernels import step_inputs
 from minisgl.kernels.kv_store import KernelKVCache, store_cache
@@ -366,18 +364,8 @@ def test_gather_page_indices_kernel_gathers_what_chapter_17_gathers(
     """Requests on random pages and rows, in any order, some with more pages than one program
     gathers (pages of 1, up to 64 of them, in blocks of 16 here): the same int32 list as
     chapter 17's torch gather, in one launch on its documented grid, without waiting."""
-    table, rows = random_placement(seq_lens, page_size, 1000, seed=seed)
-    order = random.Random(seed).sample(range(len(rows)), len(rows))
-    rows, seq_lens = [rows[i] for i in order], [seq_lens[i] for i in order]
-    lists = page_lists(seq_lens, seq_lens, page_size)
-    args = (
-        table,
-        torch.tensor(rows),
-        torch.tensor(lists.num_pages, dtype=torch.int32),
-        torch.tensor(lists.kv_indptr, dtype=torch.int32),
-        lists.kv_indptr[-1],
-        page_size,
-    )
+    args, rows, _ = gather_arguments(seq_lens, page_size, seed)
+    table, total_pages = args[0], args[4]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(step_inputs, "PAGES_PER_BLOCK", 16)
         launches = Launches(patch, "gather_page_indices_kernel")
@@ -385,7 +373,7 @@ def test_gather_page_indices_kernel_gathers_what_chapter_17_gathers(
             got = step_inputs.gather_page_indices(*args)
     want = torch_gather_page_indices(*args)
     assert got.dtype == torch.int32 and got.tolist() == want.tolist()
-    most = min(lists.kv_indptr[-1], -(-table.shape[1] // page_size))
+    most = min(total_pages, -(-table.shape[1] // page_size))
     assert launches.grids == [(len(rows), -(-most // 16))], "one launch on its documented grid"
 
 
