@@ -24,6 +24,7 @@ from minisgl.kernels.fused_layers import (
     norm_rope,
     rmsnorm,
     silu_and_mul,
+    store_output_projections_column_major,
 )
 from minisgl.layers import RMSNorm, RotaryEmbedding
 from minisgl.layers import silu_and_mul as torch_silu_and_mul
@@ -108,6 +109,14 @@ def test_a_fused_model_gives_transformers_greedy_tokens(name: str) -> None:
     assert changed == 4 * layers + 1 + (2 * layers if engine.model_config.qk_norm else 0)
     kinds = {type(m) for m in engine.model.modules()}
     assert {FusedRMSNorm, FusedAttentionLayer, FusedMLP} <= kinds
+    named = dict(engine.model.named_modules())
+    outputs = {n: m for n, m in named.items() if n.endswith(("self_attn.o_proj", "mlp.down_proj"))}
+    before = {n: m.weight.detach().clone() for n, m in outputs.items()}
+    assert store_output_projections_column_major(engine.model) == 2 * layers == len(outputs)
+    for name, projection in outputs.items():
+        weight = projection.weight
+        assert weight.t().is_contiguous(), f"{name}: W^T must be the contiguous layout"
+        assert torch.equal(weight, before[name]), f"{name}: the same matrix, laid out anew"
     prompts = [[1, 15, 27, 300, 4, 99, 7], [1, 8, 8, 8, 2000]]
     uids = [scheduler.add_request(ids, greedy(6)) for ids in prompts]
     tokens: dict[int, list[int]] = {uid: [] for uid in uids}

@@ -41,14 +41,19 @@ def use_kernel_parts(engine: Engine) -> None:
 
 
 def use_kernel_layers(engine: Engine) -> None:
-    """Fuse the model's small layers, for 16-bit models (float32 keeps chapter 2's arithmetic),
-    and let a FlashInfer backend gather its page lists with the kernel."""
+    """Fuse the model's small layers and store its output projections column-major, for 16-bit
+    models (float32 keeps chapter 2's arithmetic), and let a FlashInfer backend gather its page
+    lists with the kernel."""
     if not uses_kernels(engine):
         return
     if engine.dtype in (torch.float16, torch.bfloat16):
-        from minisgl.kernels.fused_layers import fuse_layers
+        from minisgl.kernels.fused_layers import (
+            fuse_layers,
+            store_output_projections_column_major,
+        )
 
         fuse_layers(engine.model)
+        store_output_projections_column_major(engine.model)
     if hasattr(engine.attn_backend, "gather_pages"):
         from minisgl.kernels.step_inputs import gather_page_indices
 
