@@ -15,7 +15,10 @@ os.environ["TRITON_INTERPRET"] = "1"  # before minisgl.kernels.fused_layers impo
 import pytest
 import torch
 from conftest import TINY_MODELS, greedy, hf_greedy_cached, require_model, run_until_idle
+from test_ch17_gpu_attention import FakeFlashInfer, hand_engine
 
+from minisgl.attention import fi
+from minisgl.kernels import step_inputs
 from minisgl.kernels.fused_layers import (
     FusedAttentionLayer,
     FusedMLP,
@@ -132,11 +135,6 @@ def test_the_kernel_path_gathers_flashinfers_pages_with_the_kernel(
 ) -> None:
     """With the kernels on, the extension gives a FlashInfer backend chapter 19's page gather;
     without them, it keeps chapter 17's."""
-    from test_ch17_gpu_attention import FakeFlashInfer, hand_engine
-
-    from minisgl.attention import fi
-    from minisgl.kernels import step_inputs
-
     monkeypatch.setenv("MINISGL_KERNELS", "triton")
     engine = hand_engine(monkeypatch, FakeFlashInfer(), "flashinfer", page_size=4)
     assert engine.attn_backend.gather_pages is step_inputs.gather_page_indices

@@ -12,7 +12,8 @@ its output once, with the arithmetic of chapter 2's layer in between, in float32
 versions in place. The fused classes add no state, only a faster forward, so a module becomes
 one by changing its class: its parameters and buffers stay where they are. The engine does this
 on CUDA for 16-bit models (the extension in `minisgl.kernels`); float32 keeps chapter 2's exact
-torch arithmetic, which the parity tests with transformers compare.
+torch arithmetic, which the parity tests with transformers compare. The same extension also
+lays out the output projections' weights for cuBLAS (`store_output_projections_column_major`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 On CUDA the engine uses them in place of the torch code of chapters 2-4 and 17: the KV store,
 the step's input gather and the sampled tokens' write-back (`KernelKVCache`,
 `KernelTableManager`), FlashInfer's page gather (`gather_page_indices`), and for 16-bit models
-the decoder's norms, RoPE and SiLU-and-mul (`fuse_layers`). The choice is
+the decoder's norms, RoPE and SiLU-and-mul (`fuse_layers`), with the output projections' weights
+stored column-major (`store_output_projections_column_major`, no kernel: a layout). The choice is
 made once, per engine, by the extension this package registers; on the CPU the engine keeps the
 torch code, which is also what the tests compare the kernels against.
 
