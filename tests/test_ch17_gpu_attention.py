@@ -5,15 +5,16 @@ Its two wrappers keep FlashInfer's contract and refuse what FlashInfer refuses: 
 the batch's CSR lists (int32 tensors, kept by reference as FlashInfer keeps them, not copied)
 with the head counts, head size, page size and dtypes, and run(q, (k pages, v pages)) must agree
 with that plan in every layer, with q contiguous; a wrapper built for CUDA graphs copies the
-plan into the fixed buffers it was given and insists on its batch size. They compute paged
-attention in plain torch from exactly what was planned, as FlashInfer's kernels would, so wrong
-page lists give wrong tokens. The backend's step path (prepare_metadata, forward) runs under a
-`HostSyncGuard` that records every call that would make the host wait for the GPU (`.item()`,
-`.tolist()`, a tensor's truth value, `nonzero`, `repeat_interleave` without `output_size`, ...):
-on a GPU each one stalls the step and ends the overlap of chapter 13, and the tests demand none.
-The page lists are also checked against a walk over the page table, token by token, and the
-gather on the meta device (tensors without data, standing in for a GPU's: a host tensor mixed in
-raises).
+plan into the fixed buffers it was given and insists on its batch size (`fast_decode_plan`
+plans such a wrapper again without writing its buffers, and only once plan has set it up). They
+compute paged attention in plain torch from exactly what was planned, as FlashInfer's kernels
+would, so wrong page lists give wrong tokens. The backend's step path (prepare_metadata,
+forward) runs under a `HostSyncGuard` that records every call that would make the host wait for
+the GPU (`.item()`, `.tolist()`, a tensor's truth value, `nonzero`, `repeat_interleave` without
+`output_size`, ...): on a GPU each one stalls the step and ends the overlap of chapter 13, and
+the tests demand none. The page lists are also checked against a walk over the page table, token
+by token, and the gather on the meta device (tensors without data, standing in for a GPU's: a
+host tensor mixed in raises).
 """
 
 from __future__ import annotations
@@ -342,8 +343,63 @@ class FakeDecodeWrapper:
         non_blocking: bool = True,
     ) -> None:
         self.log.append(("graph decode" if self.use_cuda_graph else "decode", "plan"))
+        plan = self._plan_of(
+            num_qo_heads, num_kv_heads, head_dim, page_size, q_data_type, kv_data_type
+        )
+        if not self.use_cuda_graph:
+            # Like FlashInfer, keep the tensors (moved to the device: on the CPU, the same ones).
+            to_device = partial(torch.Tensor.to, device=self.device, non_blocking=non_blocking)
+            self.planned = plan(*map(to_device, (indptr, indices, last_page_len)))
+            return
+        self._check_graph_batch(plan, indptr, indices, last_page_len)
+        indptr_buf, indices_buf, last_buf = self.buffers
+        with HostSyncGuard.library():
+            indptr_buf.copy_(indptr)
+            indices_buf[: len(indices)].copy_(indices)
+            last_buf.copy_(last_page_len)
+            self.split_for = indptr.tolist()
+        self.planned = plan(*self.buffers)
+
+    def fast_plan(
+        self,
+        indptr: torch.Tensor,
+        indices: torch.Tensor,
+        last_page_len: torch.Tensor,
+        num_qo_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        page_size: int,
+        q_data_type: torch.dtype | None = None,
+        kv_data_type: torch.dtype | None = None,
+        non_blocking: bool = True,
+    ) -> None:
+        """flashinfer.fast_decode_plan: plan again a wrapper that plan has set up; a graph
+        wrapper's fixed buffers are left as they are (its caller writes them)."""
+        if self.planned is None:  # FlashInfer's fails on the missing set-up of a first plan
+            raise AttributeError("fast_decode_plan: the wrapper was never planned with plan")
+        self.log.append(("graph decode" if self.use_cuda_graph else "decode", "plan"))
+        plan = self._plan_of(
+            num_qo_heads, num_kv_heads, head_dim, page_size, q_data_type, kv_data_type
+        )
+        if not self.use_cuda_graph:
+            self.planned = plan(indptr, indices, last_page_len)
+            return
+        self._check_graph_batch(plan, indptr, indices, last_page_len)
+        with HostSyncGuard.library():
+            self.split_for = indptr.cpu().tolist()
+        self.planned = plan(*self.buffers)
+
+    def _plan_of(
+        self,
+        num_qo_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        page_size: int,
+        q_data_type: torch.dtype | None,
+        kv_data_type: torch.dtype | None,
+    ) -> Callable[..., Plan]:
         q_dtype = data_type(q_data_type, torch.float16)  # FlashInfer's defaults
-        plan = partial(
+        return partial(
             Plan,
             None,
             num_qo_heads=num_qo_heads,
@@ -354,24 +410,20 @@ class FakeDecodeWrapper:
             kv_dtype=data_type(kv_data_type, q_dtype),
             causal=False,
         )
-        if not self.use_cuda_graph:
-            # Like FlashInfer, keep the tensors (moved to the device: on the CPU, the same ones).
-            to_device = partial(torch.Tensor.to, device=self.device, non_blocking=non_blocking)
-            self.planned = plan(*map(to_device, (indptr, indices, last_page_len)))
-            return
+
+    def _check_graph_batch(
+        self,
+        plan: Callable[..., Plan],
+        indptr: torch.Tensor,
+        indices: torch.Tensor,
+        last_page_len: torch.Tensor,
+    ) -> None:
         plan(indptr, indices, last_page_len)  # checks the index types
-        indptr_buf, indices_buf, last_buf = self.buffers
-        if len(last_page_len) != len(last_buf):  # FlashInfer's own check
+        if len(last_page_len) != len(self.buffers[2]):  # FlashInfer's own check
             raise ValueError(
                 f"the batch size should be fixed in cudagraph mode: {len(last_page_len)} rows "
-                f"planned, {len(last_buf)} in the buffers"
+                f"planned, {len(self.buffers[2])} in the buffers"
             )
-        with HostSyncGuard.library():
-            indptr_buf.copy_(indptr)
-            indices_buf[: len(indices)].copy_(indices)
-            last_buf.copy_(last_page_len)
-            self.split_for = indptr.tolist()
-        self.planned = plan(*self.buffers)
 
     def run(self, q: torch.Tensor, paged_kv: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         assert self.planned is not None, "run before plan"
@@ -395,6 +447,10 @@ class FakeFlashInfer:
         self.syncs: list[str] = []  # the step path's host syncs, each with where it happened
         self.BatchPrefillWithPagedKVCacheWrapper = partial(FakePrefillWrapper, log=self.log)
         self.BatchDecodeWithPagedKVCacheWrapper = partial(FakeDecodeWrapper, log=self.log)
+
+    @staticmethod
+    def fast_decode_plan(wrapper: FakeDecodeWrapper, *args: Any, **kwargs: Any) -> None:
+        wrapper.fast_plan(*args, **kwargs)
 
     def watch(self, step: Callable) -> Callable:
         """`step` recording its host syncs into self.syncs."""
