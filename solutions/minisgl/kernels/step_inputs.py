@@ -103,7 +103,10 @@ def prepare_inputs(batch: Batch, token_pool: torch.Tensor, page_table: torch.Ten
     )
 
 
-@triton.jit
+# Triton compiles a kernel once per kind of integer argument it meets (1, a multiple of 16,
+# any other): num_writers changes every step, and a kind met first in the middle of a run would
+# stop the step for the compilation. One compiled kernel serves every batch size.
+@triton.jit(do_not_specialize=["num_writers"])
 def write_next_tokens_kernel(
     next_tokens_ptr,
     batch_index_ptr,
