@@ -22,18 +22,24 @@ Both sides run the same model, dtype, thread count and prompts (random token ids
 greedy, ignoring EOS, so every request generates exactly its requested number of tokens.
 transformers runs static batches of `--hf-batch-size` prompts in arrival order (left-padded),
 each batch generating until its longest request is done; only the requested tokens count.
-The workload, the timing and the accounting are minisgl.benchmark's (chapter 21).
+Each variant runs in a fresh process of its own (`in_own_process`), so none inherits what
+another left behind. The workload, the timing and the accounting are minisgl.benchmark's
+(chapter 21).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import multiprocessing
 import os
 import sys
 import time
+import traceback
 from collections.abc import Callable, Iterable
+from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import TypeVar
 from unittest import mock
 
 import torch
@@ -69,6 +75,8 @@ WORKLOAD_SETTINGS: dict[str, dict[str, object]] = {
 }
 # Variants that flip an environment switch rather than an engine setting.
 VARIANT_ENV: dict[str, dict[str, str]] = {"torch-kernels": {"MINISGL_KERNELS": "torch"}}
+T = TypeVar("T")
+StepTable = list[tuple[str, str, int, float, dict[str, float]]]  # StepClock.table()
 
 
 def build_random_model(path: Path, dtype: torch.dtype) -> Path:
@@ -187,7 +195,7 @@ class StepClock:
         parts = list(parts)
         return {k: sum(part.get(k, 0.0) for part in parts) for k in cls.PARTS}
 
-    def table(self) -> list[tuple[str, str, int, float, dict[str, float]]]:
+    def table(self) -> StepTable:
         """(phase, batch sizes, steps, seconds, seconds of each part) for each phase and bucket
         of batch sizes that has steps (a step that launched nothing is in no bucket)."""
         rows = []
@@ -211,6 +219,65 @@ def run_variant(
     settings = WORKLOAD_SETTINGS.get(name, {}) | VARIANTS[variant] | {"tp_size": tp}
     with mock.patch.dict(os.environ, VARIANT_ENV.get(variant, {})):
         return run_engine(model, work, dtype, settings, variant)
+
+
+def measure(
+    model: Path,
+    name: str,
+    work: Workload,
+    dtype: torch.dtype,
+    variant: str,
+    args: argparse.Namespace,
+) -> tuple[OfflineResult, StepTable]:
+    """One variant's run on workload `name` and, with --step-times for the engine, its steps."""
+    torch.set_num_threads(args.threads)
+    clock = StepClock()
+    with clock if args.step_times and variant == "minisgl" else contextlib.nullcontext():
+        result = (
+            run_transformers(model, work, dtype, args.hf_batch_size)
+            if variant == "transformers"
+            else run_variant(model, name, work, dtype, variant, args.tp)
+        )
+    return result, clock.table()
+
+
+def in_own_process(function: Callable[..., T], *args: object) -> T:
+    """`function(*args)`, run in a fresh Python process, its value sent back.
+
+    Variants measured one after the other in one process do not start equal: on an H200 the
+    engine ran the official workload 2-4% slower right after transformers in the same process
+    than in fresh processes on the same machine (three calls on 2026-12-02,
+    benchmark/gpu_report.md). A process of its own for each variant removes what any of them
+    leaves behind (memory, caches, library state). It is spawned, not forked: a fork would
+    inherit this process's state, CUDA's included.
+    """
+    context = multiprocessing.get_context("spawn")
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=send_value, args=(sender, function, args))
+    process.start()
+    sender.close()
+    try:
+        failed, value = receiver.recv()
+    except EOFError:  # it died without a word: killed, or out of memory
+        process.join()
+        raise RuntimeError(f"the measuring process died (exit code {process.exitcode})") from None
+    except BaseException:  # interrupted here: stop the measurement too
+        process.terminate()
+        raise
+    process.join()
+    if failed:
+        raise RuntimeError(f"the measuring process failed:\n{value}")
+    return value
+
+
+def send_value(sender: Connection, function: Callable[..., object], args: tuple) -> None:
+    """In the measuring process: send (False, function(*args)), or (True, the traceback)."""
+    try:
+        value = function(*args)
+    except BaseException:
+        sender.send((True, traceback.format_exc()))  # the caller raises with it
+        sys.exit(1)
+    sender.send((False, value))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -261,13 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         results: list[OfflineResult] = []
         # transformers first, so every engine row can show its ratio
         for variant in sorted(variants, key=lambda v: v != "transformers"):
-            clock = StepClock()
-            with clock if args.step_times and variant == "minisgl" else contextlib.nullcontext():
-                result = (
-                    run_transformers(model, work, dtype, args.hf_batch_size)
-                    if variant == "transformers"
-                    else run_variant(model, name, work, dtype, variant, args.tp)
-                )
+            result, steps = in_own_process(measure, model, name, work, dtype, variant, args)
             results.append(result)
             ratio = speedups(results).get(variant)
             print(
@@ -292,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
                         "vs_transformers": ratio,
                     },
                 )
-            for phase, sizes, count, seconds, parts in clock.table():
+            for phase, sizes, count, seconds, parts in steps:
                 print(
                     f"    {phase:<8} batch {sizes:<8} {count:>5} steps {seconds:>8.3f} s  "
                     + "  ".join(f"{k} {v:.3f}" for k, v in parts.items())

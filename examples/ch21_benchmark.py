@@ -83,9 +83,11 @@ print(
 for command in dict.fromkeys(r["command"] for r in official):
     rows = [r for r in official if r["command"] == command]
     print(f"$ {command}\n  {rows[0]['machine']}, {rows[0]['date']}")
-    base = next((r for r in rows if r["variant"] == "transformers"), None)
+    base = None  # transformers' row of the run at hand: a run times transformers first
     for r in rows:
         rate = r["output_tokens"] / r["seconds"]
+        if r["variant"] == "transformers":
+            base = r
         ratio = (
             f", {rate * base['seconds'] / base['output_tokens']:.2f}x transformers" if base else ""
         )

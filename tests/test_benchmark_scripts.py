@@ -4,6 +4,7 @@ results file carries the command, the machine and the date."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -196,6 +197,17 @@ def test_speculative_measures_each_k_on_both_workloads_with_plain_tokens(tmp_pat
 def test_gpu_scripts_import_and_parse_their_flags(script: str) -> None:
     done = run_script(f"benchmark/{script}", "--help")
     assert done.returncode == 0 and "usage:" in done.stdout, done.stderr[-2000:]
+
+
+def test_each_variant_is_measured_in_a_process_of_its_own() -> None:
+    """offline.py measures each variant in a fresh process: its value comes back, and its
+    failure comes back as an error that carries the measuring process's traceback."""
+    from offline import in_own_process
+
+    assert in_own_process(os.getpid) != os.getpid()
+    assert in_own_process(divmod, 7, 2) == (3, 1)
+    with pytest.raises(RuntimeError, match="the measuring process failed(.|\n)*ZeroDivisionError"):
+        in_own_process(divmod, 1, 0)
 
 
 def test_the_step_clock_splits_each_step_of_the_timed_run_into_its_parts() -> None:

@@ -26,7 +26,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from functools import partial, wraps
+from functools import partial, partialmethod, wraps
 from pathlib import Path
 from typing import Any
 
@@ -329,7 +329,7 @@ class FakeDecodeWrapper:
         self.planned: Plan | None = None
         self.split_for: list[int] = []  # the kv_indptr of the last plan (graphs)
 
-    def plan(
+    def _plan(
         self,
         indptr: torch.Tensor,
         indices: torch.Tensor,
@@ -341,65 +341,17 @@ class FakeDecodeWrapper:
         q_data_type: torch.dtype | None = None,
         kv_data_type: torch.dtype | None = None,
         non_blocking: bool = True,
+        *,
+        fast: bool,
     ) -> None:
-        self.log.append(("graph decode" if self.use_cuda_graph else "decode", "plan"))
-        plan = self._plan_of(
-            num_qo_heads, num_kv_heads, head_dim, page_size, q_data_type, kv_data_type
-        )
-        if not self.use_cuda_graph:
-            # Like FlashInfer, keep the tensors (moved to the device: on the CPU, the same ones).
-            to_device = partial(torch.Tensor.to, device=self.device, non_blocking=non_blocking)
-            self.planned = plan(*map(to_device, (indptr, indices, last_page_len)))
-            return
-        self._check_graph_batch(plan, indptr, indices, last_page_len)
-        indptr_buf, indices_buf, last_buf = self.buffers
-        with HostSyncGuard.library():
-            indptr_buf.copy_(indptr)
-            indices_buf[: len(indices)].copy_(indices)
-            last_buf.copy_(last_page_len)
-            self.split_for = indptr.tolist()
-        self.planned = plan(*self.buffers)
-
-    def fast_plan(
-        self,
-        indptr: torch.Tensor,
-        indices: torch.Tensor,
-        last_page_len: torch.Tensor,
-        num_qo_heads: int,
-        num_kv_heads: int,
-        head_dim: int,
-        page_size: int,
-        q_data_type: torch.dtype | None = None,
-        kv_data_type: torch.dtype | None = None,
-        non_blocking: bool = True,
-    ) -> None:
-        """flashinfer.fast_decode_plan: plan again a wrapper that plan has set up; a graph
-        wrapper's fixed buffers are left as they are (its caller writes them)."""
-        if self.planned is None:  # FlashInfer's fails on the missing set-up of a first plan
+        """plan, or (fast) flashinfer.fast_decode_plan: the same plan, for a wrapper that plan
+        has set up, leaving a graph wrapper's fixed buffers as they are (its caller writes
+        them)."""
+        if fast and self.planned is None:  # FlashInfer's fails on the missing set-up
             raise AttributeError("fast_decode_plan: the wrapper was never planned with plan")
         self.log.append(("graph decode" if self.use_cuda_graph else "decode", "plan"))
-        plan = self._plan_of(
-            num_qo_heads, num_kv_heads, head_dim, page_size, q_data_type, kv_data_type
-        )
-        if not self.use_cuda_graph:
-            self.planned = plan(indptr, indices, last_page_len)
-            return
-        self._check_graph_batch(plan, indptr, indices, last_page_len)
-        with HostSyncGuard.library():
-            self.split_for = indptr.cpu().tolist()
-        self.planned = plan(*self.buffers)
-
-    def _plan_of(
-        self,
-        num_qo_heads: int,
-        num_kv_heads: int,
-        head_dim: int,
-        page_size: int,
-        q_data_type: torch.dtype | None,
-        kv_data_type: torch.dtype | None,
-    ) -> Callable[..., Plan]:
         q_dtype = data_type(q_data_type, torch.float16)  # FlashInfer's defaults
-        return partial(
+        plan = partial(
             Plan,
             None,
             num_qo_heads=num_qo_heads,
@@ -410,20 +362,28 @@ class FakeDecodeWrapper:
             kv_dtype=data_type(kv_data_type, q_dtype),
             causal=False,
         )
-
-    def _check_graph_batch(
-        self,
-        plan: Callable[..., Plan],
-        indptr: torch.Tensor,
-        indices: torch.Tensor,
-        last_page_len: torch.Tensor,
-    ) -> None:
+        if not self.use_cuda_graph:
+            # Like FlashInfer, keep the tensors (moved to the device: on the CPU, the same ones).
+            to_device = partial(torch.Tensor.to, device=self.device, non_blocking=non_blocking)
+            self.planned = plan(*map(to_device, (indptr, indices, last_page_len)))
+            return
         plan(indptr, indices, last_page_len)  # checks the index types
-        if len(last_page_len) != len(self.buffers[2]):  # FlashInfer's own check
+        indptr_buf, indices_buf, last_buf = self.buffers
+        if len(last_page_len) != len(last_buf):  # FlashInfer's own check
             raise ValueError(
                 f"the batch size should be fixed in cudagraph mode: {len(last_page_len)} rows "
-                f"planned, {len(self.buffers[2])} in the buffers"
+                f"planned, {len(last_buf)} in the buffers"
             )
+        with HostSyncGuard.library():
+            if not fast:
+                indptr_buf.copy_(indptr)
+                indices_buf[: len(indices)].copy_(indices)
+                last_buf.copy_(last_page_len)
+            self.split_for = indptr.tolist()
+        self.planned = plan(*self.buffers)
+
+    plan = partialmethod(_plan, fast=False)
+    fast_plan = partialmethod(_plan, fast=True)
 
     def run(self, q: torch.Tensor, paged_kv: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         assert self.planned is not None, "run before plan"
