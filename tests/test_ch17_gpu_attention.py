@@ -383,7 +383,6 @@ class FakeDecodeWrapper:
         self.planned = plan(*self.buffers)
 
     plan = partialmethod(_plan, fast=False)
-    fast_plan = partialmethod(_plan, fast=True)
 
     def run(self, q: torch.Tensor, paged_kv: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         assert self.planned is not None, "run before plan"
@@ -410,7 +409,7 @@ class FakeFlashInfer:
 
     @staticmethod
     def fast_decode_plan(wrapper: FakeDecodeWrapper, *args: Any, **kwargs: Any) -> None:
-        wrapper.fast_plan(*args, **kwargs)
+        wrapper._plan(*args, fast=True, **kwargs)
 
     def watch(self, step: Callable) -> Callable:
         """`step` recording its host syncs into self.syncs."""
