@@ -28,9 +28,11 @@ export PYTHONUNBUFFERED=1 FLASHINFER_CUDA_ARCH_LIST=9.0a MAX_JOBS=16 NCCL_NVLS_E
 # Compiled kernels land in .ficache/; SAVE_FICACHE=1 returns them as ficache.tgz (after the
 # first stage), and a later call that carries .ficache (untarred) skips the compilation (~90 s).
 export FLASHINFER_WORKSPACE_BASE=$PWD/.ficache
-# Triton's compiled kernels too. On 2026-12-02 the first official run of a fresh machine took
-# 6.1-6.2 s and later ones in the same call 5.6-5.7 s; Triton compiling a kernel's new
-# specializations at first use, inside the timed run, is one suspect (not yet confirmed).
+# Triton's compiled kernels too, so a later call that carries .ficache compiles none of them
+# again. A fresh machine's first official run was often the slowest of its call (2026-12-02);
+# that night one with this cache carried made 25,271 tok/s, and the slower one (24,743, cache
+# empty) lost its time in steps that replay CUDA graphs, captured before the clock: mostly the
+# GPU, not the compiler (benchmark/gpu_report.md, "2026-12-02, night").
 export TRITON_CACHE_DIR=$PWD/.ficache/triton
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
