@@ -199,6 +199,31 @@ def test_gpu_scripts_import_and_parse_their_flags(script: str) -> None:
     assert done.returncode == 0 and "usage:" in done.stdout, done.stderr[-2000:]
 
 
+def test_a_random_checkpoint_copies_its_tokenizer_or_refuses_before_building(
+    tmp_path: Path,
+) -> None:
+    """A random checkpoint gets the tokenizer files of `tokenizer_dir`; where one is missing
+    (a fresh GPU machine before provisioning) the error names it and the command that provides
+    it, and nothing is left at the checkpoint's path for a later run to take as complete."""
+    from transformers import AutoConfig
+
+    from minisgl.benchmark.offline import TOKENIZER_FILES, save_random_checkpoint
+
+    tokenizer = require_model(MODEL)
+    config = AutoConfig.from_pretrained(tokenizer)  # tiny-qwen3's own shape: built in a second
+    built = save_random_checkpoint(config, tmp_path / "random", tokenizer, init_device="cpu")
+    for name in TOKENIZER_FILES:
+        assert (built / name).read_bytes() == (tokenizer / name).read_bytes()
+    assert (built / "config.json").is_file()
+
+    empty = tmp_path / "no-tokenizer"
+    empty.mkdir()
+    (empty / "tokenizer.json").write_bytes((tokenizer / "tokenizer.json").read_bytes())
+    with pytest.raises(FileNotFoundError, match="tokenizer_config.json(.|\n)*provision.py tiny"):
+        save_random_checkpoint(config, tmp_path / "half", empty, init_device="cpu")
+    assert not (tmp_path / "half").exists()
+
+
 def test_each_variant_is_measured_in_a_process_of_its_own() -> None:
     """offline.py measures each variant in a fresh process: its value comes back, and its
     failure comes back as an error that carries the measuring process's traceback."""

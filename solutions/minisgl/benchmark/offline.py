@@ -22,6 +22,7 @@ import torch
 from .workload import Workload
 
 T = TypeVar("T")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")  # what a random checkpoint copies
 
 
 @dataclass
@@ -65,17 +66,24 @@ def save_random_checkpoint(
     Billions of parameters initialise in seconds on a GPU and in minutes on a CPU, but the
     device changes the random stream, so a checkpoint already measured keeps its `init_device`.
     The tokenizer files come from `tokenizer_dir`: prompts are token ids, and the tokenizer only
-    turns outputs into text.
+    turns outputs into text. They are checked before anything is built, so a missing one leaves
+    no half-written checkpoint at `path` (FileNotFoundError).
     """
     from transformers import AutoModelForCausalLM
 
+    missing = [name for name in TOKENIZER_FILES if not (tokenizer_dir / name).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"no {', '.join(missing)} in {tokenizer_dir} to give the random checkpoint a "
+            "tokenizer: provision the tiny models first (python tools/provision.py tiny)"
+        )
     torch.manual_seed(0)
     with torch.device(init_device):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     model.save_pretrained(path)
     del model
     release_gpu_memory()
-    for name in ("tokenizer.json", "tokenizer_config.json"):
+    for name in TOKENIZER_FILES:
         shutil.copy(tokenizer_dir / name, path / name)
     return path
 
