@@ -105,6 +105,43 @@ def test_cpu_step_splits_a_decode_step_into_parts_that_add_up(tmp_path: Path) ->
     assert "whole step" in done.stdout and "operator (torch.profiler)" in done.stdout
 
 
+@pytest.mark.slow
+def test_cpu_versus_times_both_sides_in_turn_on_the_same_tokens(tmp_path: Path) -> None:
+    """benchmark/cpu_versus.py on tiny-qwen3: both sides decode the same greedy tokens (it
+    exits 1 otherwise), and the record's ratio is transformers' median step over the engine's,
+    the one printed, with its provenance."""
+    results = tmp_path / "results.jsonl"
+    model = str(require_model(MODEL))
+    done = run_script(
+        "benchmark/cpu_versus.py",
+        *("--model", model, "--batch", "4", "--context", "8", "--rounds", "2", "--steps", "2"),
+        *("--warmup", "1", "--threads", "1", "--json", str(results)),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (record,) = read_results(results)
+    assert record["benchmark"] == "cpu_versus"
+    assert (record["batch"], record["context"], record["threads"]) == (4, 8, 1)
+    assert (record["rounds"], record["steps"]) == (2, 2)
+    assert_provenance(record, "benchmark/cpu_versus.py")
+    for side in ("engine", "transformers"):
+        assert 0 < record[f"{side}_fastest_ms"] <= record[f"{side}_ms"]
+    ratio = record["transformers_ms"] / record["engine_ms"]
+    assert record["vs_transformers"] == pytest.approx(ratio)
+    assert f"the engine's: {ratio:.2f}" in done.stdout
+    assert "the same 6 tokens per request on both sides" in done.stdout  # prefill + 1 + 2 * 2
+
+
+def test_cpu_versus_takes_turns_side_after_side_in_every_round() -> None:
+    from cpu_versus import take_turns
+
+    calls: list[str] = []
+    sides = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
+    times = take_turns(sides, rounds=3, steps=2)
+    assert calls == ["a", "a", "b", "b"] * 3
+    assert {name: len(t) for name, t in times.items()} == {"a": 6, "b": 6}
+    assert all(t >= 0 for t in times["a"] + times["b"])
+
+
 def test_offline_refuses_an_unknown_variant() -> None:
     done = run_script("benchmark/offline.py", "--variants", "minisgl,warp-drive")
     assert done.returncode == 2 and "warp-drive" in done.stderr
