@@ -134,12 +134,14 @@ def h200_results() -> None:
             f"{r['weight_read_floor_ms']:.3f} ms; relative error {r['relative_error']:.1e}"
         )
     offline = read_results_dir(results, benchmark="moe-offline")
-    print(f"the offline workload, {offline[0]['model']}: $ {offline[0]['command']}")
-    for r in offline:
-        print(
-            f"  {r['variant']:<13} {r['requests']} requests, {r['output_tokens']:,} output "
-            f"tokens in {r['seconds']:.1f} s: {r['output_tokens'] / r['seconds']:,.0f} tok/s"
-        )
+    for model in dict.fromkeys(r["model"] for r in offline):  # each depth run, in file order
+        runs = [r for r in offline if r["model"] == model]
+        print(f"the offline workload, {model}: $ {runs[0]['command']}")
+        for r in runs:
+            print(
+                f"  {r['variant']:<13} {r['requests']} requests, {r['output_tokens']:,} output "
+                f"tokens in {r['seconds']:.1f} s: {r['output_tokens'] / r['seconds']:,.0f} tok/s"
+            )
     if os.environ.get("MINISGL_CAPTURE_DIR"):  # the page's figure
         figure = {
             "unit": "ms",
