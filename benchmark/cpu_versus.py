@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import statistics
 import sys
 import time
@@ -25,15 +24,10 @@ from pathlib import Path
 
 import torch
 
-from minisgl.benchmark import append_result
+from minisgl.benchmark import WorkloadSpec, append_result, make_workload
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from offline import DEFAULT_MODEL  # noqa: E402
-
-
-def random_prompts(batch: int, context: int, seed: int = 0) -> list[list[int]]:
-    rng = random.Random(seed)
-    return [[rng.randrange(10000) for _ in range(context)] for _ in range(batch)]
 
 
 class EngineSide:
@@ -127,8 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    prompts = random_prompts(args.batch, args.context)
     total_steps = args.warmup + args.rounds * args.steps
+    spec = WorkloadSpec(args.batch, (args.context, args.context), (total_steps, total_steps))
+    prompts = make_workload(spec, seed=0).prompts
     engine = EngineSide(args.model, prompts, total_steps)
     transformers = TransformersSide(args.model, prompts)
     sides = {"engine": engine.step, "transformers": transformers.step}
