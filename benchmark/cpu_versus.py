@@ -2,6 +2,7 @@
 
     python benchmark/cpu_versus.py                    # SmolLM2, float32, batch 32, 64-token prompts
     python benchmark/cpu_versus.py --rounds 20 --json results.jsonl
+    python benchmark/cpu_versus.py --row-major       # also the engine with row-major weights
 
 On a shared two-core machine the speed of the minute moves a whole run by a fifth, so two runs
 made one after the other compare the minutes as much as the systems. Here both decode the same
@@ -9,7 +10,8 @@ made one after the other compare the minutes as much as the systems. Here both d
 transformers (its forward with a DynamicCache, greedy), so both sides see the same minutes; the
 median step of each side and their ratio are what the code decides. Both sides' contexts grow by
 one token a step, alike. The greedy tokens of the two must agree (they are the same model in
-float32), which the script checks before it reports.
+float32), which the script checks before it reports. With `--row-major` a third side takes its
+turn: the engine built with MINISGL_CPU_LAYOUT=row, without chapter 21's column-major weights.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 import torch
 
@@ -118,49 +121,59 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2, help="steps per side before timing")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--json", type=Path, help="also append the figures as a JSON line here")
+    parser.add_argument(
+        "--row-major", action="store_true", help="a third side: the engine's weights row-major"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
     total_steps = args.warmup + args.rounds * args.steps
     spec = WorkloadSpec(args.batch, (args.context, args.context), (total_steps, total_steps))
     prompts = make_workload(spec, seed=0).prompts
-    engine = EngineSide(args.model, prompts, total_steps)
+    engines = {"engine": EngineSide(args.model, prompts, total_steps)}
+    if args.row_major:
+        with mock.patch.dict(os.environ, {"MINISGL_CPU_LAYOUT": "row"}):
+            engines["row_major"] = EngineSide(args.model, prompts, total_steps)
     transformers = TransformersSide(args.model, prompts)
-    sides = {"engine": engine.step, "transformers": transformers.step}
+    sides = {name: side.step for name, side in engines.items()} | {
+        "transformers": transformers.step
+    }
     take_turns(sides, 1, args.warmup)
     times = take_turns(sides, args.rounds, args.steps)
 
-    engine_tokens = engine.finish()
-    if engine_tokens != transformers.tokens:
-        differing = sum(a != b for a, b in zip(engine_tokens, transformers.tokens))
-        print(
-            f"the two sides decoded different tokens for {differing} of {len(engine_tokens)} "
-            "requests",
-            file=sys.stderr,
-        )
-        return 1
+    for name, side in engines.items():
+        engine_tokens = side.finish()
+        if engine_tokens != transformers.tokens:
+            differing = sum(a != b for a, b in zip(engine_tokens, transformers.tokens))
+            print(
+                f"{name} and transformers decoded different tokens for {differing} of "
+                f"{len(engine_tokens)} requests",
+                file=sys.stderr,
+            )
+            return 1
     median = {name: statistics.median(t) * 1e3 for name, t in times.items()}
     fastest = {name: min(t) * 1e3 for name, t in times.items()}
     ratio = median["transformers"] / median["engine"]
     print(
         f"decode step of {Path(args.model).name}, float32, {args.threads} threads, batch "
         f"{args.batch}, {args.context}-token prompts, {args.rounds} rounds of {args.steps} "
-        f"steps each; the same {len(engine_tokens[0])} tokens per request on both sides"
+        f"steps each; the same {len(engine_tokens[0])} tokens per request on every side"
     )
     print(f"{'side':<14}{'median ms':>10}{'fastest ms':>11}")
     for name in times:
         print(f"{name:<14}{median[name]:>10.1f}{fastest[name]:>11.1f}")
     print(f"transformers' median step / the engine's: {ratio:.2f}")
+    if args.row_major:
+        gain = median["row_major"] / median["engine"]
+        print(f"row-major's median step / the engine's: {gain:.2f}")
     if args.json:
         shape = {"batch": args.batch, "context": args.context, "threads": args.threads}
         turns = {"rounds": args.rounds, "steps": args.steps}
-        figures = {
-            "engine_ms": median["engine"],
-            "transformers_ms": median["transformers"],
-            "engine_fastest_ms": fastest["engine"],
-            "transformers_fastest_ms": fastest["transformers"],
-            "vs_transformers": ratio,
-        }
+        figures = {f"{name}_ms": median[name] for name in times}
+        figures |= {f"{name}_fastest_ms": fastest[name] for name in times}
+        figures["vs_transformers"] = ratio
+        if args.row_major:
+            figures["vs_row_major"] = gain
         append_result(args.json, {"benchmark": "cpu_versus", **shape, **turns, **figures})
     return 0
 

@@ -33,6 +33,7 @@ import argparse
 import contextlib
 import multiprocessing
 import os
+import statistics
 import sys
 import time
 import traceback
@@ -67,6 +68,7 @@ VARIANTS: dict[str, dict[str, object]] = {
     "torch-backend": {"attention_backend": "torch"},
     "triton-backend": {"attention_backend": "triton"},  # chapter 22's kernels
     "torch-kernels": {},  # chapter 19's kernels off: MINISGL_KERNELS=torch (VARIANT_ENV)
+    "row-major": {},  # a CPU's weights row-major: MINISGL_CPU_LAYOUT=row (VARIANT_ENV)
 }
 # The engine settings of upstream's official benchmark (mini-sglang 20fcd7f,
 # benchmark/offline/bench.py:17-23): a prefill budget of 16,384 tokens and pages of 256 tokens.
@@ -74,7 +76,10 @@ WORKLOAD_SETTINGS: dict[str, dict[str, object]] = {
     "official": {"max_extend_tokens": 16384, "page_size": 256}
 }
 # Variants that flip an environment switch rather than an engine setting.
-VARIANT_ENV: dict[str, dict[str, str]] = {"torch-kernels": {"MINISGL_KERNELS": "torch"}}
+VARIANT_ENV: dict[str, dict[str, str]] = {
+    "torch-kernels": {"MINISGL_KERNELS": "torch"},
+    "row-major": {"MINISGL_CPU_LAYOUT": "row"},
+}
 T = TypeVar("T")
 StepTable = list[tuple[str, str, int, float, dict[str, float]]]  # StepClock.table()
 
@@ -280,6 +285,107 @@ def send_value(sender: Connection, function: Callable[..., object], args: tuple)
     sender.send((False, value))
 
 
+def report_run(
+    args: argparse.Namespace,
+    name: str,
+    work: Workload,
+    device: str,
+    result: OfflineResult,
+    ratio: float | None,
+    round_: int,
+) -> None:
+    """Print one variant's run of workload `name` in round `round_` (and append it to --json)."""
+    print(
+        f"{name:<10}{result.variant:<15}{len(work.prompts):>9}{result.output_tokens:>11}"
+        f"{result.seconds:>9.2f}{result.tokens_per_s:>10.1f}"
+        + (f"{ratio:>7.2f}" if ratio is not None else ""),
+        flush=True,
+    )
+    if args.json:
+        append_result(
+            args.json,
+            {
+                "benchmark": "offline",
+                "workload": name,
+                "variant": result.variant,
+                "device": device,
+                "tp": args.tp,
+                "seconds": result.seconds,
+                "output_tokens": result.output_tokens,
+                "input_tokens": work.input_tokens,
+                # output throughput over transformers' in this round (None without it)
+                "vs_transformers": ratio,
+                "round": round_,
+            },
+        )
+
+
+def report_steps(
+    args: argparse.Namespace, name: str, device: str, variant: str, steps: StepTable
+) -> None:
+    """Print where a run's time went by step (--step-times), and append it to --json."""
+    for phase, sizes, count, seconds, parts in steps:
+        print(
+            f"    {phase:<8} batch {sizes:<8} {count:>5} steps {seconds:>8.3f} s  "
+            + "  ".join(f"{k} {v:.3f}" for k, v in parts.items())
+        )
+        if args.json:
+            append_result(
+                args.json,
+                {
+                    "benchmark": "offline_steps",
+                    "workload": name,
+                    "variant": variant,
+                    "device": device,
+                    "phase": phase,
+                    "batch_sizes": sizes,
+                    "steps": count,
+                    "seconds": seconds,
+                    **{f"{k}_s": v for k, v in parts.items()},
+                },
+            )
+
+
+def report_medians(
+    args: argparse.Namespace,
+    name: str,
+    work: Workload,
+    device: str,
+    runs: dict[str, list[OfflineResult]],
+) -> None:
+    """Each variant's median run of the --repeat rounds, and its ratio to transformers' median
+    run: on a shared machine one round can be a fifth faster than the next for both sides."""
+    medians = {
+        variant: statistics.median(r.seconds for r in results) for variant, results in runs.items()
+    }
+    base = medians.get("transformers")
+    for variant, seconds in medians.items():
+        tokens = runs[variant][0].output_tokens
+        ratio = base / seconds if base is not None else None
+        print(
+            f"{name:<10}{'median ' + variant:<22}{args.repeat:>2} runs{seconds:>9.2f}"
+            f"{tokens / seconds:>10.1f}" + (f"{ratio:>7.2f}" if ratio is not None else ""),
+            flush=True,
+        )
+        if args.json:
+            append_result(
+                args.json,
+                {
+                    "benchmark": "offline_median",
+                    "workload": name,
+                    "variant": variant,
+                    "device": device,
+                    "tp": args.tp,
+                    "runs": args.repeat,
+                    "seconds": seconds,
+                    "all_seconds": [r.seconds for r in runs[variant]],
+                    "output_tokens": tokens,
+                    # median throughput over transformers' median (None without it)
+                    "vs_transformers": ratio,
+                },
+            )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -305,6 +411,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--step-times", action="store_true", help="where the minisgl variant's time goes, by step"
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run every variant this many rounds, then compare each variant's median run",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
@@ -325,54 +437,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     for name in names:
         work = make_workload(WORKLOADS[name], args.seed)
-        results: list[OfflineResult] = []
-        # transformers first, so every engine row can show its ratio
-        for variant in sorted(variants, key=lambda v: v != "transformers"):
-            result, steps = in_own_process(measure, model, name, work, dtype, variant, args)
-            results.append(result)
-            ratio = speedups(results).get(variant)
-            print(
-                f"{name:<10}{variant:<15}{len(work.prompts):>9}{result.output_tokens:>11}"
-                f"{result.seconds:>9.2f}{result.tokens_per_s:>10.1f}"
-                + (f"{ratio:>7.2f}" if ratio is not None else ""),
-                flush=True,
-            )
-            if args.json:
-                append_result(
-                    args.json,
-                    {
-                        "benchmark": "offline",
-                        "workload": name,
-                        "variant": variant,
-                        "device": device,
-                        "tp": args.tp,
-                        "seconds": result.seconds,
-                        "output_tokens": result.output_tokens,
-                        "input_tokens": work.input_tokens,
-                        # output throughput over transformers' in this run (None without it)
-                        "vs_transformers": ratio,
-                    },
-                )
-            for phase, sizes, count, seconds, parts in steps:
-                print(
-                    f"    {phase:<8} batch {sizes:<8} {count:>5} steps {seconds:>8.3f} s  "
-                    + "  ".join(f"{k} {v:.3f}" for k, v in parts.items())
-                )
-                if args.json:
-                    append_result(
-                        args.json,
-                        {
-                            "benchmark": "offline_steps",
-                            "workload": name,
-                            "variant": variant,
-                            "device": device,
-                            "phase": phase,
-                            "batch_sizes": sizes,
-                            "steps": count,
-                            "seconds": seconds,
-                            **{f"{k}_s": v for k, v in parts.items()},
-                        },
-                    )
+        runs: dict[str, list[OfflineResult]] = {v: [] for v in variants}
+        for round_ in range(1, args.repeat + 1):
+            results: list[OfflineResult] = []
+            # transformers first, so every engine row can show its ratio
+            for variant in sorted(variants, key=lambda v: v != "transformers"):
+                result, steps = in_own_process(measure, model, name, work, dtype, variant, args)
+                results.append(result)
+                runs[variant].append(result)
+                ratio = speedups(results).get(variant)
+                report_run(args, name, work, device, result, ratio, round_)
+                report_steps(args, name, device, variant, steps)
+        if args.repeat > 1:
+            report_medians(args, name, work, device, runs)
     return 0
 
 

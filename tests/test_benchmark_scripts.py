@@ -72,6 +72,41 @@ def test_offline_runs_both_cpu_workloads_and_records_each_ratio(tmp_path: Path) 
 
 
 @pytest.mark.slow
+def test_offline_repeat_compares_each_variants_median_run(tmp_path: Path) -> None:
+    """--repeat 2: every variant runs in both rounds (each run recorded with its round and its
+    ratio within the round), then each variant's median run and its ratio to transformers'."""
+    results = tmp_path / "results.jsonl"
+    done = run_script(
+        "benchmark/offline.py",
+        *("--model", str(require_model(MODEL)), "--workload", "uniform"),
+        *("--variants", "minisgl,transformers", "--threads", "1", "--repeat", "2"),
+        *("--json", str(results)),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = read_results(results)
+    runs = [r for r in records if r["benchmark"] == "offline"]
+    assert [(r["round"], r["variant"]) for r in runs] == [
+        (1, "transformers"),
+        (1, "minisgl"),
+        (2, "transformers"),
+        (2, "minisgl"),
+    ]
+    medians = {r["variant"]: r for r in records if r["benchmark"] == "offline_median"}
+    assert set(medians) == {"minisgl", "transformers"}
+    for variant, record in medians.items():
+        seconds = sorted(r["seconds"] for r in runs if r["variant"] == variant)
+        assert record["all_seconds"] == [r["seconds"] for r in runs if r["variant"] == variant]
+        assert record["seconds"] == pytest.approx(sum(seconds) / 2)  # the median of two
+        assert record["runs"] == 2 and record["output_tokens"] == 2048
+        assert_provenance(record, "benchmark/offline.py")
+    ratio = medians["transformers"]["seconds"] / medians["minisgl"]["seconds"]
+    assert medians["minisgl"]["vs_transformers"] == pytest.approx(ratio)
+    assert medians["transformers"]["vs_transformers"] == 1.0
+    line = next(x for x in done.stdout.splitlines() if "median minisgl" in x)
+    assert line.split()[-1] == f"{ratio:.2f}", "the printed ratio is the recorded one"
+
+
+@pytest.mark.slow
 def test_cpu_step_splits_a_decode_step_into_parts_that_add_up(tmp_path: Path) -> None:
     """benchmark/cpu_step.py: every part names a function that runs in a decode step (a part
     whose function was renamed would read 0 ms), the parts add up to the whole step, and the
@@ -128,7 +163,7 @@ def test_cpu_versus_times_both_sides_in_turn_on_the_same_tokens(tmp_path: Path) 
     ratio = record["transformers_ms"] / record["engine_ms"]
     assert record["vs_transformers"] == pytest.approx(ratio)
     assert f"the engine's: {ratio:.2f}" in done.stdout
-    assert "the same 6 tokens per request on both sides" in done.stdout  # prefill + 1 + 2 * 2
+    assert "the same 6 tokens per request on every side" in done.stdout  # prefill + 1 + 2 * 2
 
 
 def test_cpu_versus_takes_turns_side_after_side_in_every_round() -> None:

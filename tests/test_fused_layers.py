@@ -27,7 +27,7 @@ from minisgl.kernels.fused_layers import (
     norm_rope,
     rmsnorm,
     silu_and_mul,
-    store_output_projections_column_major,
+    store_column_major,
 )
 from minisgl.layers import RMSNorm, RotaryEmbedding
 from minisgl.layers import silu_and_mul as torch_silu_and_mul
@@ -100,8 +100,11 @@ def test_silu_and_mul_matches_the_torch_function_past_one_block(dtype: torch.dty
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["qwen3", "llama"])
-def test_a_fused_model_gives_transformers_greedy_tokens(name: str) -> None:
+def test_a_fused_model_gives_transformers_greedy_tokens(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     model = require_model(TINY_MODELS[name])
+    monkeypatch.setenv("MINISGL_CPU_LAYOUT", "row")  # the layout of a GPU engine's weights
     scheduler = Scheduler(
         SchedulerConfig(str(model), device="cpu", num_pages=128, page_size=4, show_progress=False)
     )
@@ -115,7 +118,7 @@ def test_a_fused_model_gives_transformers_greedy_tokens(name: str) -> None:
     named = dict(engine.model.named_modules())
     outputs = {n: m for n, m in named.items() if n.endswith(("self_attn.o_proj", "mlp.down_proj"))}
     before = {n: m.weight.detach().clone() for n, m in outputs.items()}
-    assert store_output_projections_column_major(engine.model) == 2 * layers == len(outputs)
+    assert store_column_major(engine.model) == 2 * layers == len(outputs)
     for name, projection in outputs.items():
         weight = projection.weight
         assert weight.t().is_contiguous(), f"{name}: W^T must be the contiguous layout"

@@ -3,6 +3,7 @@
 MINISGL_DISABLE_OVERLAP_SCHEDULING=1  the scheduler's plain loop instead of overlap scheduling
 MINISGL_KERNELS=torch                 keep the torch code on CUDA, not chapter 19's Triton kernels
 MINISGL_KERNELS=triton                use the kernels on any device (a CPU: TRITON_INTERPRET=1)
+MINISGL_CPU_LAYOUT=row                keep a CPU's weights row-major, not chapter 21's layout
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ class _Env:
     def KERNELS(self) -> str:  # noqa: N802
         """ "torch", "triton", or "" (the default: the kernels on CUDA only)."""
         return os.environ.get("MINISGL_KERNELS", "").strip().lower()
+
+    @property
+    def CPU_LAYOUT(self) -> str:  # noqa: N802
+        """ "row", or "" (the default: chapter 21's column-major weights on a CPU)."""
+        return os.environ.get("MINISGL_CPU_LAYOUT", "").strip().lower()
 
 
 ENV = _Env()  # read at use time, so tests can flip switches with monkeypatch.setenv

@@ -14,3 +14,4 @@ from .graph import GraphRunner  # registers CUDA graphs as an engine extension
 from minisgl import kernels  # registers the Triton kernels as an engine extension
 from minisgl.distributed import extension  # registers tensor parallelism as an extension
 from minisgl.structured import sampler  # registers constrained sampling as an engine extension
+from .cpu_layout import store_weights_column_major  # registers the CPU's weight layout

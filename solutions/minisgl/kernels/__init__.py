@@ -4,7 +4,7 @@ On CUDA the engine uses them in place of the torch code of chapters 2-4 and 17: 
 the step's input gather and the sampled tokens' write-back (`KernelKVCache`,
 `KernelTableManager`), FlashInfer's page gather (`gather_page_indices`), and for 16-bit models
 the decoder's norms, RoPE and SiLU-and-mul (`fuse_layers`), with the output projections' weights
-stored column-major (`store_output_projections_column_major`, no kernel: a layout). The choice is
+stored column-major (`store_column_major`, no kernel: a layout). The choice is
 made once, per engine, by the extension this package registers; on the CPU the engine keeps the
 torch code, which is also what the tests compare the kernels against.
 
@@ -48,13 +48,10 @@ def use_kernel_layers(engine: Engine) -> None:
     if not uses_kernels(engine):
         return
     if engine.dtype in (torch.float16, torch.bfloat16):
-        from minisgl.kernels.fused_layers import (
-            fuse_layers,
-            store_output_projections_column_major,
-        )
+        from minisgl.kernels.fused_layers import fuse_layers, store_column_major
 
         fuse_layers(engine.model)
-        store_output_projections_column_major(engine.model)
+        store_column_major(engine.model)
     if hasattr(engine.attn_backend, "gather_pages"):
         from minisgl.kernels.step_inputs import gather_page_indices
 

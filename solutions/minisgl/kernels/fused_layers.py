@@ -13,10 +13,12 @@ versions in place. The fused classes add no state, only a faster forward, so a m
 one by changing its class: its parameters and buffers stay where they are. The engine does this
 on CUDA for 16-bit models (the extension in `minisgl.kernels`); float32 keeps chapter 2's exact
 torch arithmetic, which the parity tests with transformers compare. The same extension also
-lays out the output projections' weights for cuBLAS (`store_output_projections_column_major`).
+lays out the output projections' weights for cuBLAS (`store_column_major`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 import triton
@@ -312,8 +314,9 @@ FUSED_CLASSES: dict[type[nn.Module], type[nn.Module]] = {
 OUTPUT_PROJECTIONS = ("o_proj", "down_proj")
 
 
-def store_output_projections_column_major(model: nn.Module) -> int:
-    """Store the weight of every o_proj and down_proj column-major; returns how many changed.
+def store_column_major(model: nn.Module, names: Sequence[str] = OUTPUT_PROJECTIONS) -> int:
+    """Store the weight of every Linear of `model` called one of `names` column-major; returns
+    how many changed (by default the output projections, o_proj and down_proj).
 
     The weight stays the same [out, in] matrix with the same values: only its layout changes,
     so that W^T is the contiguous one, and F.linear hands cuBLAS x @ W^T as a product with a
@@ -323,7 +326,7 @@ def store_output_projections_column_major(model: nn.Module) -> int:
     """
     changed = 0
     for module in model.modules():
-        for name in OUTPUT_PROJECTIONS:
+        for name in names:
             projection = getattr(module, name, None)
             if isinstance(projection, Linear):
                 projection.weight.data = projection.weight.data.t().contiguous().t()
