@@ -29,7 +29,6 @@ from minisgl.benchmark import (
     WORKLOADS,
     OfflineResult,
     RequestResult,
-    Workload,
     WorkloadSpec,
     make_workload,
     percentile,
@@ -468,42 +467,6 @@ def test_the_warm_up_has_the_timed_runs_shapes_and_leaves_it_no_prefix_to_reuse(
         before = stats.computed_prompt_tokens
         llm.generate(work.prompts, offline.greedy_params(work))
         assert stats.computed_prompt_tokens - before < work.input_tokens, "the cache does hit"
-
-
-def test_a_cpu_engine_stores_its_projections_column_major_unless_told_row(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """On a CPU every qkv, o, gate_up and down projection is the checkpoint's matrix laid out
-    column-major (W^T contiguous); MINISGL_CPU_LAYOUT=row keeps chapter 3's row-major layout;
-    the embedding (and the LM head tied to it) keeps its rows; both engines agree on tokens."""
-    from minisgl.engine.cpu_layout import PROJECTIONS
-    from minisgl.layers import Linear
-    from minisgl.llm import LLM
-
-    def projections(llm: LLM) -> dict[str, torch.Tensor]:
-        model = llm.scheduler.engine.model
-        found = {
-            name: module.weight
-            for name, module in model.named_modules()
-            if isinstance(module, Linear) and name.rsplit(".", 1)[-1] in PROJECTIONS
-        }
-        assert len(found) == 4 * llm.scheduler.engine.model_config.num_layers
-        assert model.model.embed_tokens.weight.is_contiguous()
-        return found
-
-    prompts = [[1, 15, 27, 300, 4, 99, 7], [1, 8, 8, 8, 2000]]
-    params = offline.greedy_params(Workload(prompts, [6, 6]))
-    model = str(require_model(MODEL))
-    with LLM(model, show_progress=False) as llm:
-        column_major = {n: w.detach().clone() for n, w in projections(llm).items()}
-        assert all(w.t().is_contiguous() for w in projections(llm).values())
-        tokens = [o["token_ids"] for o in llm.generate(prompts, params)]
-    monkeypatch.setenv("MINISGL_CPU_LAYOUT", "row")
-    with LLM(model, show_progress=False) as llm:
-        row_major = projections(llm)
-        assert all(w.is_contiguous() for w in row_major.values())
-        assert all(torch.equal(w, column_major[n]) for n, w in row_major.items())
-        assert [o["token_ids"] for o in llm.generate(prompts, params)] == tokens
 
 
 # --- the online client against a live server ------------------------------------------------

@@ -127,13 +127,14 @@ def warmup_workload(work: Workload, output_len: int = 2) -> Workload:
     """The warm-up's workload: `work`'s prompts, each rotated by one token ([a, b, c] ->
     [b, c, a]), with `output_len` tokens each (a prefill and a decode step).
 
-    A warm-up pays first-call costs before the clock starts, and some of them come with size:
-    on a CPU every page a process touches for the first time costs a fault, and after a warm-up
-    of two short prompts the engine's first prefill of the uniform workload's 2,048 tokens took
-    176,000 of them (690 MB; 1.7 s of the kernel's time, which no later run paid). Prefilling
-    every prompt's shape pays that. The rotation keeps the lengths and ids, but no timed prompt
-    starts like a warm-up one, so the engine's prefix cache holds nothing the timed run could
-    reuse (a warm-up on the timed prompts themselves would hand the engine part of its prefill).
+    The rotation keeps the lengths and ids, but no timed prompt starts like a warm-up one, so
+    the engine's prefix cache holds nothing the timed run could reuse: a warm-up on the timed
+    prompts themselves hands the engine part of its prefill (the first two prompts of the
+    uniform workload gave the timed run 96 of its 2,048 prompt tokens for free). Every prompt's
+    shape, rather than two, also pays more of a CPU's first touches before the clock starts:
+    every page a process touches for the first time costs a fault, and the engine's first
+    uniform run took 52,863 of them after this warm-up against 94,910 after two prompts
+    (getrusage on the course's two-core machine, 2026-12-03).
     """
     return Workload([p[1:] + p[:1] for p in work.prompts], [output_len] * len(work.prompts))
 

@@ -7,7 +7,7 @@ layout chapter 19 gives two projections on a GPU (`store_column_major`). So on a
 stores all four of a layer's projections that way, once, when it is built: the same [out, in]
 matrices with the same values, and `F.linear` called as before. What changes is the order of
 MKL's sums, by a rounding: logits move in the last bits, and the greedy tokens match
-transformers' as before (the parity tests of chapters 3 and 6 run on this layout).
+transformers' as before (tests/test_cpu_layout.py).
 
 The LM head keeps its layout: it shares its weight with the embedding, whose lookups read rows.
 
