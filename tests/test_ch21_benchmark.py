@@ -447,28 +447,6 @@ def test_an_offline_run_on_tiny_qwen3_does_the_same_work_in_the_engine_and_trans
     assert ratios["minisgl"] == pytest.approx(engine.tokens_per_s / hf.tokens_per_s)
 
 
-def test_the_warm_up_has_the_timed_runs_shapes_and_leaves_it_no_prefix_to_reuse() -> None:
-    """warmup_workload rotates every prompt by one token and asks two tokens of each; an engine
-    that ran it still computes every prompt token of the timed run, where running the timed
-    prompts themselves first would have left their pages in the prefix cache."""
-    from minisgl.llm import LLM
-
-    work = make_workload(WorkloadSpec(6, (8, 40), (4, 20)), 1)
-    warm = offline.warmup_workload(work)
-    assert warm.prompts == [p[1:] + p[:1] for p in work.prompts]
-    assert warm.output_lens == [2] * len(work.prompts)
-    with LLM(str(require_model(MODEL)), show_progress=False, page_size=4) as llm:
-        stats = llm.scheduler.stats
-        llm.generate(warm.prompts, offline.greedy_params(warm))
-        before = stats.computed_prompt_tokens
-        outputs = llm.generate(work.prompts, offline.greedy_params(work))
-        assert stats.computed_prompt_tokens - before == work.input_tokens
-        assert [len(o["token_ids"]) for o in outputs] == work.output_lens
-        before = stats.computed_prompt_tokens
-        llm.generate(work.prompts, offline.greedy_params(work))
-        assert stats.computed_prompt_tokens - before < work.input_tokens, "the cache does hit"
-
-
 # --- the online client against a live server ------------------------------------------------
 
 
