@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from minisgl.benchmark import WORKLOADS, WorkloadSpec, append_result, make_workload, percentile
-from minisgl.benchmark.offline import device_sync, release_gpu_memory, timed
+from minisgl.benchmark.offline import device_sync, greedy_params, release_gpu_memory, timed
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
 from minisgl.scheduler import Scheduler, SchedulerConfig
@@ -56,7 +56,7 @@ def admission_run(
     worst = sum(len(p) + o + page_size for p, o in zip(work.prompts, work.output_lens))
     largest = max(len(p) + o for p, o in zip(work.prompts, work.output_lens)) + page_size
     num_pages = max(div_ceil(int(worst * fraction), page_size), div_ceil(largest, page_size))
-    params = [SamplingParams(max_tokens=o, ignore_eos=True) for o in work.output_lens]
+    params = greedy_params(work)
     runs: dict[str, dict[str, Any]] = {}
     for admission in ("conservative", "optimistic"):
         with LLM(

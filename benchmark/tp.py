@@ -26,8 +26,12 @@ from pathlib import Path
 import torch
 
 from minisgl.benchmark import WORKLOADS, Workload, append_result, make_workload
-from minisgl.benchmark.offline import release_gpu_memory, save_random_checkpoint, timed
-from minisgl.core import SamplingParams
+from minisgl.benchmark.offline import (
+    greedy_params,
+    release_gpu_memory,
+    save_random_checkpoint,
+    timed,
+)
 from minisgl.llm import LLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -94,7 +98,7 @@ def run(
     model: Path, work: Workload, tp: int, settings: dict[str, object], steps: int, progress: bool
 ) -> dict:
     """Throughput of the workload and the decode-step costs at tensor-parallel size `tp`."""
-    params = [SamplingParams(max_tokens=o, ignore_eos=True) for o in work.output_lens]
+    params = greedy_params(work)
     with LLM(
         str(model),
         dtype=torch.bfloat16,

@@ -170,6 +170,7 @@ def run_engine(
     from minisgl.llm import LLM
 
     warm = warmup_workload(work)
+    params, warm_params = greedy_params(work), greedy_params(warm)
     with LLM(
         str(model),
         dtype=dtype,
@@ -179,8 +180,8 @@ def run_engine(
         **{"page_size": 16, **settings},
     ) as llm:
         outputs, seconds = timed(
-            lambda: llm.generate(work.prompts, greedy_params(work)),
-            warmup=lambda: llm.generate(warm.prompts, greedy_params(warm)),
+            lambda: llm.generate(work.prompts, params),
+            warmup=lambda: llm.generate(warm.prompts, warm_params),
         )
     release_gpu_memory()
     return OfflineResult(variant, seconds, [o["token_ids"] for o in outputs])
