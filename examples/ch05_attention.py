@@ -45,6 +45,10 @@ ROOT = (
 MODEL = os.environ.get("MINISGL_MODEL", str(ROOT / "models" / "SmolLM2-135M-Instruct"))
 HEADS, KV_HEADS, HEAD_DIM = 9, 3, 64  # SmolLM2's attention shape
 NUM_SLOTS, CPU = 512, torch.device("cpu")
+# Float32 sums taken in another order (another kernel, CPU or thread count) differ in the last
+# bits; a wrong slot or mask is off by order one. One attention layer stays within DENSE_ATOL,
+# thirty layers of logits within LOGIT_ATOL.
+DENSE_ATOL, LOGIT_ATOL = 1e-5, 1e-4
 
 
 # %% [markdown]
@@ -120,16 +124,17 @@ def check_against_reference() -> None:
         scattered = torch.randperm(NUM_SLOTS, generator=torch.Generator().manual_seed(1))[:total]
         out_c, err_c = paged_vs_dense(ledgers, phase, contiguous)
         out_s, err_s = paged_vs_dense(ledgers, phase, scattered)
+        within = f"< {DENSE_ATOL:g}"
         new_tokens = sum(n - c for n, c in ledgers)
         print(
             f"{phase:>7}: {len(ledgers)} requests (lengths {[n for n, _ in ledgers]}), "
             f"{new_tokens} new tokens"
         )
         print(
-            f"         max |paged - dense|: contiguous slots {err_c:.1e}, "
-            f"scattered slots {err_s:.1e}"
+            f"         max |paged - dense| {within}: contiguous slots {err_c < DENSE_ATOL}, "
+            f"scattered slots {err_s < DENSE_ATOL}"
         )
-        print(f"         max |scattered - contiguous| = {(out_s - out_c).abs().max().item():.1e}")
+        print(f"         scattered == contiguous, bit for bit: {torch.equal(out_s, out_c)}")
 
 
 # %% [markdown]
@@ -175,11 +180,11 @@ def real_model() -> None:
         for req, logit, token in zip(reqs, logits, next_tokens.tolist()):
             with torch.inference_mode():
                 expected = hf(req.input_ids[None].long()).logits[0, -1]
+            close = (logit - expected).abs().max().item() < LOGIT_ATOL
             print(
                 f"{batch.phase:>7} {tokenizer.decode(req.input_ids)!r:40} -> "
-                f"{tokenizer.decode([token])!r:10} max |logits - transformers| = "
-                f"{(logit - expected).abs().max().item():.1e}, same argmax: "
-                f"{token == expected.argmax().item()}"
+                f"{tokenizer.decode([token])!r:10} max |logits - transformers| < "
+                f"{LOGIT_ATOL:g}: {close}, same argmax: {token == expected.argmax().item()}"
             )
             req.complete_one()
             req.append_host(token)

@@ -27,12 +27,10 @@ import sys
 import time
 from pathlib import Path
 
-from transformers import AutoTokenizer
-
 from minisgl.core import SamplingParams
 from minisgl.engine import Engine, EngineConfig
 from minisgl.llm import LLM
-from minisgl.utils import exit_on_error
+from minisgl.utils import exit_on_error, load_tokenizer
 
 ROOT = (
     Path(__file__).resolve().parent.parent
@@ -68,7 +66,7 @@ SYSTEM = (
     "two plain sentences, with one concrete example, and never invent facts."
 )
 PROMPTS = [f"Here is a short fact about {topic}:" for topic in TOPICS]
-FACTS = SamplingParams(max_tokens=32, ignore_eos=True)  # the throughput workload's parameters
+FACTS = SamplingParams(max_tokens=16, ignore_eos=True)  # the throughput workload's parameters
 BUDGET = 64
 
 
@@ -82,7 +80,7 @@ def chat(tokenizer, question: str) -> list[int]:  # noqa: ANN001 - a transformer
 
 
 def throughput(llm: LLM) -> tuple[list[dict], float]:
-    """Sixteen short prompts, 32 tokens each, in one call: the outputs and the seconds."""
+    """Sixteen short prompts, 16 tokens each, in one call: the outputs and the seconds."""
     start = time.perf_counter()
     outputs = llm.generate(PROMPTS, FACTS)
     return outputs, time.perf_counter() - start
@@ -107,14 +105,14 @@ def shared_prompt(llm: LLM, tokenizer) -> tuple[int, int, float]:  # noqa: ANN00
     stats = llm.scheduler.stats
     before = (stats.prompt_tokens, stats.computed_prompt_tokens)
     start = time.perf_counter()
-    llm.generate([chat(tokenizer, questions[0])], SamplingParams(max_tokens=16))
-    llm.generate([chat(tokenizer, q) for q in questions[1:]], SamplingParams(max_tokens=16))
+    llm.generate([chat(tokenizer, questions[0])], SamplingParams(max_tokens=8))
+    llm.generate([chat(tokenizer, q) for q in questions[1:]], SamplingParams(max_tokens=8))
     elapsed = time.perf_counter() - start
     return stats.computed_prompt_tokens - before[1], stats.prompt_tokens - before[0], elapsed
 
 
 def main() -> None:
-    tokenizer = AutoTokenizer.from_pretrained(MODEL)
+    tokenizer = load_tokenizer(MODEL)
     with LLM(MODEL, max_extend_tokens=BUDGET, show_progress=False) as llm:
         stats = llm.scheduler.stats
         # 1. Throughput.

@@ -6,6 +6,7 @@ Chapter tests import `minisgl` from whatever tree is first on sys.path (the refe
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -88,8 +89,11 @@ def load_tokenizer(path: Path):  # noqa: ANN201 - a transformers tokenizer
     return AutoTokenizer.from_pretrained(path)
 
 
-def hf_greedy(path: Path, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
-    """What transformers generates greedily for one prompt, ignoring EOS."""
+def hf_greedy_with_margin(
+    path: Path, prompt_ids: list[int], max_new_tokens: int
+) -> tuple[list[int], float]:
+    """What transformers generates greedily for one prompt, ignoring EOS, and the smallest gap
+    between the two largest logits over its steps (how far the greedy choice was from a tie)."""
     model = load_hf_model(path)
     with torch.inference_mode():
         out = model.generate(
@@ -98,8 +102,71 @@ def hf_greedy(path: Path, prompt_ids: list[int], max_new_tokens: int) -> list[in
             do_sample=False,
             eos_token_id=None,
             pad_token_id=0,
+            output_logits=True,
+            return_dict_in_generate=True,
         )
-    return out[0, len(prompt_ids) :].tolist()
+    gaps = [(top[0, 0] - top[0, 1]).item() for top in (s.topk(2).values for s in out.logits)]
+    return out.sequences[0, len(prompt_ids) :].tolist(), min(gaps)
+
+
+# --- transformers' greedy tokens on SmolLM2, committed --------------------------------------
+# Running transformers' generate on SmolLM2 takes seconds of a test's time limit, and its answer
+# never changes: its greedy tokens are committed in GREEDY_FILE, with each prompt's smallest
+# top-two logit gap. A prompt whose gap is under MIN_GREEDY_MARGIN is refused: float32 noise
+# (~1e-5 in a logit on another CPU) could flip its greedy token there. A test that asks for a
+# prompt not in the file fails and says how to record it; tests/test_transformers_greedy.py
+# checks every committed entry against transformers itself.
+GREEDY_FILE = ROOT / "tests" / "transformers_greedy.json"
+COMMITTED_GREEDY_MODELS = {SMOLLM2.name}  # the tiny checkpoints are fast enough to run live
+RECORD_GREEDY_ENV = "MINISGL_RECORD_GREEDY"  # =1: run transformers for what is missing and add it
+MIN_GREEDY_MARGIN = 1e-3
+
+
+@lru_cache(maxsize=1)
+def committed_greedy() -> dict[tuple[str, tuple[int, ...]], dict[str, Any]]:
+    entries = json.loads(GREEDY_FILE.read_text())["entries"] if GREEDY_FILE.is_file() else []
+    return {(e["model"], tuple(e["prompt"])): e for e in entries}
+
+
+def hf_greedy(path: Path, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+    """What transformers generates greedily for one prompt, ignoring EOS (from GREEDY_FILE for
+    SmolLM2). Greedy decoding is prefix-stable: the first k tokens of a longer continuation are
+    the k-token continuation, so one entry serves every shorter request."""
+    path = Path(path)
+    if path.name not in COMMITTED_GREEDY_MODELS:
+        return hf_greedy_with_margin(path, prompt_ids, max_new_tokens)[0]
+    key = (path.name, tuple(prompt_ids))
+    entry = committed_greedy().get(key)
+    if entry is None or len(entry["tokens"]) < max_new_tokens:
+        if os.environ.get(RECORD_GREEDY_ENV) != "1":
+            pytest.fail(
+                f"transformers' {max_new_tokens} greedy tokens on {path.name} for the prompt "
+                f"{list(prompt_ids)[:8]}... are not in {GREEDY_FILE.relative_to(ROOT)}: record "
+                f"them with {RECORD_GREEDY_ENV}=1 .venv/bin/python -m pytest <this test>",
+                pytrace=False,
+            )
+        tokens, margin = hf_greedy_with_margin(path, prompt_ids, max_new_tokens)
+        assert margin >= MIN_GREEDY_MARGIN, (
+            f"transformers' greedy choice on this prompt is {margin:.1e} from a tie: another "
+            "CPU could pick the other token; choose another prompt"
+        )
+        entry = committed_greedy()[key] = {
+            "model": path.name,
+            "prompt": list(prompt_ids),
+            "tokens": tokens,
+            "margin": round(margin, 4),
+        }
+        write_committed_greedy()
+    return entry["tokens"][:max_new_tokens]
+
+
+def write_committed_greedy() -> None:
+    import transformers
+
+    entries = sorted(committed_greedy().values(), key=lambda e: (e["model"], e["prompt"]))
+    lines = ",\n".join(f"  {json.dumps(entry)}" for entry in entries)  # an entry a line
+    version = json.dumps(transformers.__version__)
+    GREEDY_FILE.write_text(f'{{"transformers": {version}, "entries": [\n{lines}\n]}}\n')
 
 
 _HF_GREEDY_CACHE: dict[tuple[Path, tuple[int, ...]], list[int]] = {}

@@ -1,9 +1,10 @@
 """Chapter 0 tests: the tiny engine computes exactly what Hugging Face transformers computes.
 
-Every expected value is computed by transformers at test time (nothing is hand-typed): RMSNorm
-against its formula, RoPE and Llama-3 frequency scaling against transformers' rotary code, the
-forward pass against transformers' logits, and greedy generation token for token against
-`model.generate(do_sample=False)` on SmolLM2 and on each tiny random checkpoint.
+Every expected value is computed by transformers (nothing is hand-typed): RMSNorm against its
+formula, RoPE and Llama-3 frequency scaling against transformers' rotary code, the forward pass
+against transformers' logits, and greedy generation token for token against
+`model.generate(do_sample=False)` on each tiny random checkpoint, and on SmolLM2 against the
+tokens of that run committed in tests/transformers_greedy.json (conftest.hf_greedy).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
+from conftest import hf_greedy
 from minisgl.tiny_engine import KVCache, TinyConfig, TinyEngine, apply_rope, rms_norm, rope_inv_freq
 
 MODELS = Path(__file__).resolve().parents[1] / "models"
@@ -65,7 +67,7 @@ def hf_model():
     return load
 
 
-def hf_greedy(model: torch.nn.Module, prompt_ids: list[int], max_new: int, **kwargs) -> list[int]:
+def hf_generate(model: torch.nn.Module, prompt_ids: list[int], max_new: int, **kwargs) -> list[int]:
     """transformers' greedy decoding: the reference every parity test compares against."""
     ids = torch.tensor([prompt_ids])
     out = model.generate(ids, max_new_tokens=max_new, do_sample=False, **kwargs)
@@ -177,17 +179,17 @@ def test_greedy_matches_transformers_on_tiny_checkpoint(name, engine, hf_model):
     ids = eng.tokenizer.encode("Once upon a time, in a small village,")
     ours = eng.generate_ids(ids, TINY_NEW_TOKENS, ignore_eos=True)
     # Random weights may emit the EOS id at any step: both sides ignore EOS and run full length.
-    expected = hf_greedy(hf_model(name), ids, TINY_NEW_TOKENS, eos_token_id=None)
+    expected = hf_generate(hf_model(name), ids, TINY_NEW_TOKENS, eos_token_id=None)
     assert len(expected) == TINY_NEW_TOKENS
     assert ours == expected
 
 
-@pytest.mark.slow  # ~3 s on 2 CPU cores: 32 steps of a 135M model, twice
-def test_greedy_matches_transformers_on_smollm2(engine, hf_model):
+@pytest.mark.slow  # ~2 s on 2 CPU cores: 32 steps of a 135M model
+def test_greedy_matches_transformers_on_smollm2(engine):
     eng = engine(SMOLLM2)
     ids = eng.tokenizer.encode("The capital of France is")
     ours = eng.generate_ids(ids, NEW_TOKENS, ignore_eos=True)
-    expected = hf_greedy(hf_model(SMOLLM2), ids, NEW_TOKENS, eos_token_id=None)
+    expected = hf_greedy(model_dir(SMOLLM2), ids, NEW_TOKENS)
     assert len(expected) == NEW_TOKENS
     assert ours == expected
 
@@ -199,7 +201,7 @@ def test_greedy_stops_at_eos_like_transformers(engine, hf_model):
     ids = ids["input_ids"]
     limit = 64
     ours = eng.generate_ids(ids, limit)
-    expected = hf_greedy(hf_model(SMOLLM2), ids, limit)  # transformers stops at the config's EOS
+    expected = hf_generate(hf_model(SMOLLM2), ids, limit)  # transformers stops at the config's EOS
     assert ours == expected
     assert len(ours) < limit and ours[-1] in eng.model.config.eos_token_ids, "must stop at EOS"
 

@@ -4,8 +4,9 @@ milestone: a hand-assembled batch through the Engine generates exactly what tran
 References are computed at test time: `argmax` for greedy rows; for random rows, the
 distribution transformers' own logits warpers (temperature, then top-k, then top-p) define,
 against which we compare the frequencies of many seeded draws; and `model.generate` for
-end-to-end greedy parity. Two more tests break the model on purpose (a wrong RoPE base, Qwen3
-without its q/k norm) to show that the parity check notices.
+end-to-end greedy parity (on SmolLM2, its tokens as committed in tests/transformers_greedy.json).
+Two more tests break the model on purpose (a wrong RoPE base, Qwen3 without its q/k norm) to
+show that the parity check notices.
 """
 
 from __future__ import annotations
@@ -333,7 +334,7 @@ def test_hand_batched_greedy_matches_transformers_on_tiny_checkpoint(tiny_model_
     assert ours == transformers_greedy(tiny_model_dir)
 
 
-@pytest.mark.slow  # ~8 s on 2 idle CPU cores: 32 steps of a 135M model, ours and transformers'
+@pytest.mark.slow  # ~3 s on 2 idle CPU cores: 32 steps of a 135M model (transformers' committed)
 def test_hand_batched_greedy_matches_transformers_on_smollm2(smollm2_dir, engines):
     ours, _ = generate_hand_batched(engines(smollm2_dir), prompt_ids(smollm2_dir), GREEDY_LONG)
     expected = transformers_greedy(smollm2_dir)

@@ -134,7 +134,7 @@ def test_the_token_budget_cuts_a_prompt_into_chunks():
 # --- through the scheduler -------------------------------------------------------------------
 
 
-@pytest.mark.slow  # 300 tokens through SmolLM2 (30 layers) and transformers: ~2 s, 20 s busy
+@pytest.mark.slow  # 300 tokens through SmolLM2 (30 layers; transformers' tokens committed): ~2 s
 def test_a_300_token_prompt_is_prefilled_in_chunks_of_96(smollm2_dir):
     budget, max_tokens = 96, 3
     ids = load_tokenizer(smollm2_dir).encode(LONG_TEXT)

@@ -411,27 +411,34 @@ def test_a_bad_response_format_is_an_invalid_request(response_format, words):
 # --- the real model ------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_smollm2_answers_50_prompts_with_valid_json_for_several_schemas():
+SUBJECTS = ["a cat", "a city", "a chef", "a river", "a robot", "a song"] * 2  # 3 per schema
+
+
+@pytest.fixture(scope="module")
+def smollm2_llm():  # noqa: ANN201 - a minisgl LLM, built before the test's clock starts
     from minisgl.llm import LLM
 
-    subjects = ["a cat", "a city", "a chef", "a river", "a robot"] * 10
+    with LLM(str(SMOLLM2), **config(max_running_req=len(SUBJECTS), num_pages=2048)) as llm:
+        yield llm
+
+
+@pytest.mark.slow
+def test_smollm2_answers_12_prompts_with_valid_json_for_several_schemas(smollm2_llm):
     names = list(SCHEMAS)
-    with LLM(str(SMOLLM2), **config(max_running_req=50, num_pages=8192)) as llm:
-        prompts = [
-            llm.tokenizer.apply_chat_template(
-                [{"role": "user", "content": f"Describe {s} as JSON."}],
-                add_generation_prompt=True,
-                tokenize=False,
-            )
-            for s in subjects
-        ]
-        params = [
-            StructuredParams(max_tokens=64, json_schema=SCHEMAS[names[i % len(names)]])
-            for i in range(len(prompts))
-        ]
-        outputs = generate(llm, prompts, params)
+    prompts = [
+        smollm2_llm.tokenizer.apply_chat_template(
+            [{"role": "user", "content": f"Describe {s} as JSON."}],
+            add_generation_prompt=True,
+            tokenize=False,
+        )
+        for s in SUBJECTS
+    ]
+    params = [
+        StructuredParams(max_tokens=64, json_schema=SCHEMAS[names[i % len(names)]])
+        for i in range(len(prompts))
+    ]
+    outputs = generate(smollm2_llm, prompts, params)
     for i, out in enumerate(outputs):
         check_json(out["text"], SCHEMAS[names[i % len(names)]])
         assert out["finish_reason"] == "stop"
-    assert len(outputs) == 50
+    assert len(outputs) == len(SUBJECTS)

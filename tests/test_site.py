@@ -7,13 +7,18 @@ strict build does.
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
+import http.server
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import threading
+import urllib.parse
+from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -474,25 +479,25 @@ def chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+# Headless, and quiet: without the last four, Chromium phones home at start-up, which on a closed
+# network only fails, and would show up as requests the pages never made.
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
 @pytest.mark.slow
 def test_chapter_page_renders_in_headless_chromium(site: Path) -> None:
-    browser = chromium()
-    if browser is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is not installed: ./run installs Debian's chromium")
-        pytest.skip("chromium is not installed (./run installs it)")
+    browser = require_chromium()
     page = site / "chapters" / "ch08_cache_manager" / "index.html"
-    flags = [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={site.parent / 'chromium-profile'}",
-    ]
+    flags = [*CHROMIUM_FLAGS, f"--user-data-dir={site.parent / 'chromium-profile'}"]
     dom = subprocess.run(
         [browser, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
     ).stdout
@@ -522,3 +527,86 @@ def test_chapter_page_renders_in_headless_chromium(site: Path) -> None:
         timeout=120,
     )
     assert screenshot.is_file() and screenshot.stat().st_size > 10_000
+
+
+# --- the site works offline ----------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def served(folder: Path) -> Iterator[str]:
+    """`folder` over http on 127.0.0.1 (as a reader's `mkdocs serve` or any static host)."""
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            pass
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Quiet, directory=str(folder))
+    )
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+def open_page(browser: str, url: str, work: Path) -> tuple[str, set[str]]:
+    """Load `url` in headless Chromium until its scripts have run; its DOM, and every host the
+    page asked for anything: Chromium's own log of its network requests, not the HTML, so a
+    script that fetches from a CDN shows up too. A request the page made names the page's origin
+    as its initiator; Chromium's own calls home (which the flags do not all stop) name none."""
+    work.mkdir(parents=True, exist_ok=True)
+    log = work / "netlog.json"
+    dom = subprocess.run(
+        [
+            browser,
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={work / 'profile'}",
+            f"--log-net-log={log}",
+            "--virtual-time-budget=15000",  # time for the page's scripts to finish
+            "--dump-dom",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    netlog = json.loads(log.read_text(errors="replace"))
+    start = netlog["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
+    requests = [e.get("params", {}) for e in netlog["events"] if e["type"] == start]
+    hosts = {
+        urllib.parse.urlsplit(r.get("url", "")).hostname
+        for r in requests
+        if str(r.get("initiator", "")).startswith("http")
+    }
+    return dom, {host for host in hosts if host}
+
+
+def require_chromium() -> str:
+    browser = chromium()
+    if browser is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed: ./run installs Debian's chromium")
+        pytest.skip("chromium is not installed (./run installs it)")
+    return browser
+
+
+@pytest.mark.slow
+def test_pages_request_nothing_from_another_host_and_draw_their_diagrams(
+    site: Path, tmp_path: Path
+) -> None:
+    browser = require_chromium()
+    control = tmp_path / "control"  # a page the check must refuse: it asks two other hosts
+    control.mkdir()
+    (control / "index.html").write_text(
+        '<img src="https://cdn.example.org/x.png"><script src="https://unpkg.com/x.js"></script>'
+    )
+    with served(control) as url:
+        _, hosts = open_page(browser, f"{url}/", tmp_path / "control-run")
+        assert {"cdn.example.org", "unpkg.com"} <= hosts, hosts
+    with served(site) as url:
+        for page in ("stages/stage2/", "chapters/ch08_cache_manager/", "practice/"):
+            dom, hosts = open_page(browser, f"{url}/{page}", tmp_path / page.replace("/", "-"))
+            assert hosts == {"127.0.0.1"}, f"{page} asked other hosts: {sorted(hosts)}"
+            if page.startswith("stages"):  # Mermaid (vendored) replaced the diagram's source
+                assert 'class="mermaid"' in dom and "flowchart" not in dom, page

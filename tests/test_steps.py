@@ -454,6 +454,28 @@ def test_a_gpu_test_that_does_not_exist_is_a_manifest_error(course: Path):
     assert "gpu_tests: tests/test_gpu_none.py is not a test file under tests/" in out
 
 
+def test_a_chapter_whose_module_is_missing_is_refused_by_name_and_skipped_by_later_ones(
+    course: Path,
+):
+    """Where a platform lacks a module a chapter `needs` (Triton on macOS), that chapter's
+    verdict names it; a later chapter, and `--all`, still run without it."""
+    manifest = course / "chapters/ch00_basics/chapter.toml"
+    manifest.write_text(manifest.read_text() + 'needs = ["triton", "no_such_module_here"]\n')
+    run(course, "start", "0")
+    shutil.copy(course / "solutions/minisgl/calc.py", course / "work/minisgl/calc.py")
+    code, out = run(course, "test", "0")
+    out = " ".join(out.split())
+    assert code == 1 and "chapter 0 FAILED: chapter 0 needs no_such_module_here" in out, out
+    assert "triton," not in out, "only the missing module is named"
+    assert "pip install no_such_module_here" in out, out
+    code, out = run(course, "test", "1", "--all")
+    out = " ".join(out.split())
+    assert "skipped: chapter 0 needs no_such_module_here" in out, out
+    assert "chapter 1 tests on your tree" in out, "chapter 1 runs without chapter 0's tests"
+    code, out = run(course, "check", "0")
+    assert code == 1 and "chapter 0 needs no_such_module_here" in " ".join(out.split()), out
+
+
 @pytest.mark.skipif(torch_has_cuda(), reason="this machine has CUDA: the GPU tests would run")
 def test_without_cuda_the_gpu_tests_are_skipped_in_one_line_that_says_why(course: Path):
     with_gpu_tests(course, "tests/test_gpu_calc.py")
@@ -613,6 +635,23 @@ def test_check_fails_a_reference_test_slower_than_the_students_limit(course: Pat
     code, out = run(course, "check", "0", "--test-timeout", "1")
     assert code == 1 and "the reference fails" in out, out
     assert "test_slow" in out and "did not finish" in out, out
+
+
+def test_check_fails_a_reference_test_over_a_third_of_its_limit_and_lists_the_slowest(
+    course: Path,
+):
+    test_file = course / "tests/test_ch00_basics.py"
+    slow = "\n\ndef test_slow():\n    import time\n\n    time.sleep(2)\n    assert add(1, 1) == 2\n"
+    test_file.write_text(test_file.read_text() + slow)
+    run(course, "capture", "0")
+    code, out = run(course, "check", "0", "--test-timeout", "4")
+    assert code == 1 and "the reference fails" not in out, out  # it passes, within its limit
+    flat = " ".join(out.split())  # the console wraps long lines
+    assert re.search(r"test_slow: 2\.\d s of 4 s \(5\d%\) is over 33% of its limit", flat), out
+    slowest = out.split("The slowest reference runs")[1]
+    assert slowest.splitlines()[1].strip().startswith("tests/test_ch00_basics.py::test_slow"), out
+    code, out = run(course, "check", "0", "--test-timeout", "8")
+    assert code == 0, out  # 2 s of 8 s leaves room
 
 
 def test_check_reports_a_missing_main(course: Path):

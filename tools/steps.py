@@ -19,6 +19,7 @@ Maintainers (CI):
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -38,14 +39,16 @@ from course.mutate import REPORT, cmd_mutate
 from course.manifest import Course
 from course.gpu import judge_gpu
 from course.checks import (
+    HEADROOM,
     MAIN_TIMEOUT_S,
     TEST_TIMEOUT_S,
+    Timing,
     check_chapters,
     edited_test_files,
     run_chapter_tests,
     run_mains,
 )
-from course.outputs import OUTPUTS
+from course.outputs import OUTPUTS, another_cpu
 from course.paths import BUILD, PYTHON, ROOT, WORK
 from course.report import console, print_cases, print_failure, print_snapshot
 from course.runner import end_runs_on_interrupt, run_main, sandbox_env
@@ -54,6 +57,7 @@ from course.store import ProgressStore, backup
 from course.workspace import plan_start, sha
 
 WATCH_POLL_S = 0.3  # how often `watch` looks for saved files
+SLOWEST_SHOWN = 10  # reference runs `check` lists with their share of the limit
 
 
 def progress(course: Course) -> ProgressStore:
@@ -138,8 +142,15 @@ def cmd_test(course: Course, args: argparse.Namespace) -> int:
             f"--strict: {len(snap.fallbacks)} symbols of chapters < {k} are not "
             "yours yet (--verbose lists them)",
         )
+    if m.why_not_here:
+        return verdict(False, m.why_not_here)
     earlier = [course.chapters[j] for j in sorted(course.chapters, reverse=True) if j < k]
-    chapters = [m] + (earlier if args.all or args.strict else [])  # a gap: a chapter not written
+    if args.all or args.strict:
+        for skipped in [c for c in earlier if c.why_not_here]:
+            console.print(f"[yellow]skipped:[/] {escape(skipped.why_not_here)}")
+    else:
+        earlier = []
+    chapters = [m] + [c for c in earlier if not c.why_not_here]  # a gap: a chapter not written
     gpu_files = dict.fromkeys(t.split("::")[0] for c in chapters for t in c.gpu_tests)
     edited = edited_test_files(course, [c.tests for c in chapters] + list(gpu_files))
     if edited:
@@ -248,14 +259,21 @@ def cmd_check(course: Course, args: argparse.Namespace) -> int:
         if missing:
             console.print(f"{m.name}: [red]missing {', '.join(missing)}[/]")
             return 1
-    for m, problems, summary in check_chapters(course, numbers, args.jobs, args.test_timeout):
+    timings: list[Timing] = []
+    main_env = another_cpu() if args.another_cpu else None
+    checked = check_chapters(course, numbers, args.jobs, args.test_timeout, main_env)
+    for m, problems, summary, chapter_timings in checked:
         failures += bool(problems)
+        timings += chapter_timings
         console.print(
             f"{m.name}: {'[red]FAIL[/]' if problems else '[green]ok[/]'} {summary} "
             f"({time.monotonic() - start:.0f} s)"
         )
         for problem in problems:
             console.print(f"  [red]-[/] {escape(problem)}")
+    console.print(f"The slowest reference runs (at most {HEADROOM:.0%} of a limit):")
+    for timing in sorted(timings, key=lambda t: t.share, reverse=True)[:SLOWEST_SHOWN]:
+        console.print(f"  {escape(str(timing))}")
     console.print(
         f"{len(numbers)} chapters checked in {time.monotonic() - start:.0f} s, {failures} failing"
     )
@@ -332,9 +350,20 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--chapters", help="e.g. 0-8 (default: every chapter)")
     grade.add_argument("--jobs", type=int, default=2, help="chapter runs at once")
     check = command("check", cmd_check, "maintainer: reference passes, stubs fail", "?")
-    check.add_argument("--jobs", type=int, default=4, help="runs at once (1 thread each)")
+    check.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="runs at once, 1 thread each (default: one per core; more would share the cores "
+        "and slow every run, which the headroom check measures)",
+    )
     check.add_argument(
         "--test-timeout", type=float, default=TEST_TIMEOUT_S, help="s per test (the students')"
+    )
+    check.add_argument(
+        "--another-cpu",
+        action="store_true",
+        help="run the mains on another CPU's arithmetic path (outputs must still match)",
     )
     command("capture", cmd_capture, "maintainer: rewrite docs/_outputs/", "?")
     mutate = command("mutate", cmd_mutate, "maintainer: wrong answers the tests reject", "?")

@@ -5,8 +5,8 @@ time from its folder (problem.md, starter.py, test.py): the statement, the sampl
 editor with Run buttons, and the hint and explanation (hidden until a run fails or passes).
 The tests run in the reader's browser: docs/practice/assets/practice.js starts a Web Worker
 (worker.js) that loads Pyodide from the site itself and runs practice/web/runner.py, the same
-runner the CI check uses under node. Nothing is fetched from a CDN: the Pyodide files are
-copied from the npm package (`npm ci --prefix practice/web`) into `site/pyodide/`.
+runner the CI check uses under node. Nothing is fetched from a CDN: vendored.py copies the
+Pyodide files from the npm package into `site/pyodide/`.
 
 The practice index (docs/practice/index.md) gets its table of problems where it says
 `<!-- practice:problems -->`; practice.js fills in each problem's status from localStorage.
@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import ast
 import json
-import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -31,18 +29,8 @@ from course.problems import SAMPLE_PREFIX, TIMEOUTS, Problem, ProblemError, cour
 # The repository being built, which need not be the installed course's (a test builds a copy).
 ROOT = Path(__file__).resolve().parents[2]
 WEB = ROOT / "practice" / "web"
-PYODIDE = WEB / "node_modules" / "pyodide"
-# What a page needs at run time (the rest of the npm package is for node or debugging).
-PYODIDE_FILES = (
-    "pyodide.mjs",
-    "pyodide.asm.mjs",
-    "pyodide.asm.wasm",
-    "python_stdlib.zip",
-    "pyodide-lock.json",
-)
 ASSETS = "practice/assets"  # docs/practice/assets: the page script, the worker, the style
 TABLE_MARKER = "<!-- practice:problems -->"
-log = logging.getLogger("mkdocs.hooks.practice_pages")
 
 
 def browser_problems() -> list[Problem]:
@@ -183,21 +171,7 @@ def on_config(config: Any) -> Any:
 
 
 def on_files(files: Files, config: Any) -> Files:
-    """Add a page per browser problem, the runner, and the Pyodide files."""
-    missing = [name for name in PYODIDE_FILES if not (PYODIDE / name).is_file()]
-    if missing:
-        error = (
-            f"Pyodide is not installed ({', '.join(missing)} missing in "
-            f"{PYODIDE.relative_to(ROOT)}): run `npm ci --prefix practice/web`"
-        )
-        if os.environ.get("MINISGL_DOCS_DRAFT") != "1":
-            raise PluginError(error)
-        log.info(f"{error}; the Run buttons will not work (draft build)")
-    else:
-        for name in PYODIDE_FILES:
-            files.append(
-                File.generated(config, f"pyodide/{name}", abs_src_path=str(PYODIDE / name))
-            )
+    """Add a page per browser problem and the runner (vendored.py adds Pyodide)."""
     files.append(File.generated(config, f"{ASSETS}/runner.py", abs_src_path=str(WEB / "runner.py")))
     try:
         problems = browser_problems()

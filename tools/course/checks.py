@@ -12,6 +12,7 @@ import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from course.manifest import Course, Manifest
@@ -24,6 +25,40 @@ from course.snapshot import build_snapshot
 MAIN_TIMEOUT_S = 120  # one chapter main
 RUN_TIMEOUT_S = 600  # one whole pytest run, should the per-test timeout not fire
 TEST_TIMEOUT_S = 30  # one test: a hanging stub is named after this long
+# The reference may use at most this share of a limit under check's own parallelism: a
+# student's slower laptop, or CI with other work beside it, still has room to pass.
+HEADROOM = 1 / 3
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How long one reference run (a test's call, or a main) took against its limit."""
+
+    what: str
+    seconds: float
+    limit: float
+
+    @property
+    def share(self) -> float:
+        return self.seconds / self.limit if self.limit else 0.0
+
+    def __str__(self) -> str:
+        return f"{self.what}: {self.seconds:.1f} s of {self.limit:g} s ({self.share:.0%})"
+
+
+def timings_of(m: Manifest, tests: Run, mains: list[Run]) -> list[Timing]:
+    """The reference's tests and mains of chapter `m`, each against its limit."""
+    return [Timing(f"{m.tests}::{c.name}", c.seconds, c.limit) for c in tests.tests if c.limit] + [
+        Timing(run.label, run.seconds, MAIN_TIMEOUT_S) for run in mains
+    ]
+
+
+def without_headroom(timings: list[Timing]) -> list[str]:
+    return [
+        f"{t} is over {HEADROOM:.0%} of its limit: make it faster (no raised limits)"
+        for t in timings
+        if t.share > HEADROOM
+    ]
 
 
 def run_chapter_tests(
@@ -87,13 +122,18 @@ def mains_of(course: Course, m: Manifest) -> list[str]:
     return [m.main] + ([milestone] if last else [])
 
 
-def run_mains(course: Course, m: Manifest, tree: Path, capture: Path, jobs: int = 1) -> list[Run]:
-    """Run the chapter's mains on `tree`; figure data they dump lands in `capture`."""
+def run_mains(
+    course: Course,
+    m: Manifest,
+    tree: Path,
+    capture: Path,
+    jobs: int = 1,
+    extra_env: dict[str, str] | None = None,
+) -> list[Run]:
+    """Run the chapter's mains on `tree`; figure data they dump lands in `capture`.
+    `extra_env` is set last (another_cpu(): the arithmetic of another CPU)."""
     capture.mkdir(parents=True, exist_ok=True)
-    env = sandbox_env(tree, jobs, **{CAPTURE_ENV: str(capture)})
-    # Outputs are compared digit for digit with the captured ones, and float reductions split
-    # over another number of threads end in other digits: every main runs on one thread.
-    env["OMP_NUM_THREADS"] = "1"
+    env = sandbox_env(tree, jobs, **{CAPTURE_ENV: str(capture)}) | (extra_env or {})
     return [
         run_main(course.root / main, tree, course.root, MAIN_TIMEOUT_S, env)
         for main in mains_of(course, m)
@@ -115,19 +155,27 @@ def drifted_outputs(course: Course, runs: list[Run], capture: Path) -> list[str]
 
 
 def check_chapters(
-    course: Course, chapters: list[int], jobs: int, test_timeout: float = TEST_TIMEOUT_S
-) -> Iterator[tuple[Manifest, list[str], str]]:
-    """Check chapters (each: reference passes its main and tests, every test fails on the
-    skeleton, outputs unchanged), with every run of every chapter in one pool of `jobs`
-    workers so the cores stay busy; yields (manifest, problems, summary) in chapter order.
+    course: Course,
+    chapters: list[int],
+    jobs: int,
+    test_timeout: float = TEST_TIMEOUT_S,
+    main_env: dict[str, str] | None = None,
+) -> Iterator[tuple[Manifest, list[str], str, list[Timing]]]:
+    """Check chapters (each: reference passes its main and tests within HEADROOM of their
+    limits, every test fails on the skeleton, outputs unchanged), with every run of every
+    chapter in one pool of `jobs` workers so the cores stay busy; yields (manifest, problems,
+    summary, timings of the reference) in chapter order.
 
     Tests get the students' per-test limit (or their time_limit mark): a test too slow for a
-    student's run fails here first."""
+    student's run fails here first. `main_env` goes to the mains (run_mains)."""
     build = course.root / BUILD / "steps"
     with ThreadPoolExecutor(jobs) as pool:
         pending = []
         for k in chapters:
             m = course.chapter(k)
+            if m.why_not_here:  # this machine cannot run the chapter
+                pending.append((m, None, None, None))
+                continue
             ref = build_snapshot(course, k, "reference", build / f"{k:02d}")
             skel = build_snapshot(course, k, "skeleton", build / f"{k:02d}-skeleton")
             capture = build / f"{k:02d}-capture"
@@ -144,9 +192,17 @@ def check_chapters(
                 for snap in (ref, skel)
             ]
             pending.append(
-                (m, tests, pool.submit(run_mains, course, m, ref.root, capture, jobs), capture)
+                (
+                    m,
+                    tests,
+                    pool.submit(run_mains, course, m, ref.root, capture, jobs, main_env),
+                    capture,
+                )
             )
         for m, tests, mains, capture in pending:
+            if tests is None or mains is None or capture is None:
+                yield m, [m.why_not_here], "not run", []
+                continue
             ref_tests, skel_tests = (job.result() for job in tests)
             main_runs = mains.result()
             problems = [
@@ -156,12 +212,14 @@ def check_chapters(
             ]
             problems += drifted_outputs(course, main_runs, capture)
             problems += vacuous_tests(ref_tests, skel_tests)
+            timings = timings_of(m, ref_tests, main_runs)
+            problems += without_headroom(timings)
             summary = (
                 f"main {sum(r.ok for r in main_runs)}/{len(main_runs)}, "
                 f"{len(ref_tests.passed)}/{len(ref_tests.tests)} pass on the reference, "
                 f"{len(skel_tests.failures)}/{len(skel_tests.tests)} fail on the stubs"
             )
-            yield m, problems, summary
+            yield m, problems, summary, timings
 
 
 def edited_test_files(course: Course, paths: list[str]) -> list[str]:

@@ -3,7 +3,8 @@
 A manifest names its chapter's `new` files, the earlier files it `modified`, the `stubs` the
 student writes (`path:function` or `path:Class.method`), the later files or symbols its main
 needs as given code (`early`) and, optionally, the `gpu_tests` that judge the chapter on a GPU
-(`tests/test_gpu_x.py` or `tests/test_gpu_x.py::test_name`). Paths in the first four lists are
+(`tests/test_gpu_x.py` or `tests/test_gpu_x.py::test_name`) and the Python modules it `needs`
+that some platforms lack. Paths in the first four lists are
 relative to solutions/minisgl/; `docs`, `main`, `tests` and `gpu_tests` are relative to the
 repository root. Nothing else in the repository lists the chapters: every tool discovers them
 here.
@@ -12,6 +13,7 @@ here.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import sys
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
@@ -26,6 +28,11 @@ else:  # Python 3.10
     import tomli as tomllib
 
 NEVER = 10**9  # the chapter of something no chapter declares
+# How to get a module a manifest `needs`, where the platform lacks it.
+WHERE_TO_GET = {
+    "triton": "Triton publishes wheels for Linux only: judge this chapter on Linux, in WSL or "
+    "in a Linux container, where ./run installs it",
+}
 ENGINE = Path("solutions") / "minisgl"
 
 
@@ -43,10 +50,31 @@ class Manifest:
     stubs: list[str]
     early: list[str]
     gpu_tests: list[str] = field(default_factory=list)  # run after the others where CUDA is
+    # Python modules the chapter's tests and main import that some platforms cannot install
+    # (Triton has wheels for Linux only): where one is missing, the judge says so by name.
+    needs: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:
         return f"ch{self.number:02d}_{self.slug}"
+
+    @property
+    def missing_modules(self) -> list[str]:
+        """The modules of `needs` that this interpreter (the judge's, which runs the tests)
+        cannot import."""
+        return [name for name in self.needs if importlib.util.find_spec(name) is None]
+
+    @property
+    def why_not_here(self) -> str:
+        """Why this machine cannot judge the chapter ("" when it can)."""
+        missing = self.missing_modules
+        if not missing:
+            return ""
+        hints = [WHERE_TO_GET.get(name, f"pip install {name}") for name in missing]
+        return (
+            f"chapter {self.number} needs {', '.join(missing)}, which is not installed here "
+            f"({'; '.join(hints)}); the chapters that do not need it run as usual"
+        )
 
     @classmethod
     def load(cls, path: Path) -> Manifest:

@@ -45,6 +45,8 @@ class TestCase:
     outcome: str  # "passed", "failed", "error", "skipped" or "crashed"
     message: str = ""  # the assertion or exception, "" when passed
     details: str = ""  # the short traceback
+    seconds: float = 0.0  # how long the test itself ran (its fixtures' setup aside)
+    limit: float = 0.0  # the limit it ran under (0: none)
 
     @property
     def is_collection(self) -> bool:
@@ -396,7 +398,12 @@ class Progress:
                 if event["outcome"] != "collected":  # a module that imported is no result
                     self.cases.append(
                         TestCase(
-                            event["finished"], event["outcome"], event["message"], event["details"]
+                            event["finished"],
+                            event["outcome"],
+                            event["message"],
+                            event["details"],
+                            event.get("seconds", 0.0),
+                            event.get("limit", 0.0),
                         )
                     )
             elif "main_thread" in event:
@@ -420,7 +427,8 @@ class Progress:
         stack, which faulthandler wrote when the process died or was stopped."""
         stacks = thread_stacks(self.stacks, self.main_thread)
         where = f"\n(every thread's stack: {self.stacks_shown})" if stacks else ""
-        return TestCase(test.name, outcome, message + where, stacks)
+        seconds = time.monotonic() - test.since
+        return TestCase(test.name, outcome, message + where, stacks, seconds, test.limit)
 
 
 THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+) \(most recent call first\):$")

@@ -16,7 +16,6 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
-from transformers import AutoTokenizer
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
 # The parameters of Llama-3 RoPE scaling (see rope_inv_freq).
@@ -162,6 +161,10 @@ class TinyEngine:
     """Model + tokenizer + greedy decoding loop, one request at a time."""
 
     def __init__(self, model_dir: str | Path) -> None:
+        # transformers is imported here: its AutoTokenizer costs ~2 s to import, which a test
+        # of the model alone should not pay.
+        from transformers import AutoTokenizer
+
         self.model = TinyModel(model_dir)  # raises FileNotFoundError for a missing directory
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
 

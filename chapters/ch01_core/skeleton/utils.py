@@ -4,14 +4,26 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 def div_ceil(a: int, b: int) -> int:
     """Ceiling division for non-negative integers: how many pages of size b hold a tokens."""
     return -(-a // b)
+
+
+def load_tokenizer(model_path: str) -> PreTrainedTokenizerBase:
+    """The model's tokenizer. transformers is imported here, not at the top: importing its
+    AutoTokenizer costs about two seconds of CPU (it brings its modeling stack), which a process
+    that never loads a tokenizer (a worker, a test of a stub that fails first) should not pay."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_path)
 
 
 def make_device_tensor(

@@ -8,8 +8,8 @@ request for the client at once and tells the scheduler to abort it and free its 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from minisgl.message import (
     AbortBackendMsg,
@@ -26,7 +26,10 @@ from minisgl.message import (
 )
 from minisgl.tokenizer.detokenize import IncrementalDetokenizer, StopMatcher
 from minisgl.tokenizer.tokenize import TokenizeManager
-from minisgl.utils import MinisglError
+from minisgl.utils import MinisglError, load_tokenizer
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass
@@ -131,7 +134,7 @@ def run_tokenizer_worker(
     inbox = ZmqPullQueue(inbox_address)
     to_scheduler, to_api = ZmqPushQueue(scheduler_address), ZmqPushQueue(api_address)
     try:
-        TokenizerWorker(AutoTokenizer.from_pretrained(model_path), to_scheduler, to_api).run(inbox)
+        TokenizerWorker(load_tokenizer(model_path), to_scheduler, to_api).run(inbox)
     finally:
         for queue in (inbox, to_scheduler, to_api):
             queue.close()

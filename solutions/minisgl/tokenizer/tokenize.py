@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING
 
 from minisgl.message import TokenizeMsg
 from minisgl.utils import InvalidRequestError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 class TokenizeManager:

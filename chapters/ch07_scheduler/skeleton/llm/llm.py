@@ -14,11 +14,10 @@ from dataclasses import asdict
 from typing import Any, Sequence
 
 from tqdm import tqdm
-from transformers import AutoTokenizer
 
 from minisgl.core import SamplingParams
 from minisgl.scheduler import Scheduler, SchedulerConfig
-from minisgl.utils import ConfigError, InvalidRequestError
+from minisgl.utils import ConfigError, InvalidRequestError, load_tokenizer
 
 
 # The scheduler class for an engine in one process, and (registered by chapter 16's llm/tp.py)
@@ -40,7 +39,7 @@ class LLM:
                 "(tensor parallelism), and none is registered in this tree"
             )
         self.scheduler: Scheduler = SCHEDULER_TYPES[kind](scheduler_config)
-        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.tokenizer = load_tokenizer(model_path)
 
     def generate(
         self,

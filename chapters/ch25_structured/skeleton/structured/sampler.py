@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, NamedTuple
 from weakref import WeakKeyDictionary
 
 import torch
-from transformers import AutoTokenizer
 
 from minisgl.core import Batch, Req
 from minisgl.engine import (
@@ -34,6 +33,7 @@ from minisgl.engine import (
 )
 from minisgl.scheduler.prefill import ChunkedReq
 from minisgl.structured.params import StructuredParams
+from minisgl.utils import load_tokenizer
 
 # xgrammar is imported where a constrained request first needs it: loading it takes about half
 # a second, and every engine has this sampler while most never see a constraint.
@@ -84,7 +84,7 @@ class GrammarSampler(Sampler):
         takes a while."""
         import xgrammar
 
-        tokenizer = AutoTokenizer.from_pretrained(self.tokenizer_path)
+        tokenizer = load_tokenizer(self.tokenizer_path)
         info = xgrammar.TokenizerInfo.from_huggingface(
             tokenizer, vocab_size=self.vocab_size, stop_token_ids=self.stop_token_ids
         )
