@@ -69,7 +69,9 @@ def config(**overrides: Any) -> SchedulerConfig:
 def long_prompt_arrives(tokenizer: Any, mixed: bool) -> tuple[list[dict], dict[int, list[int]]]:
     """Two requests decode; after their first step the long prompt arrives. Returns each
     step's prompt tokens and who got a token, and every request's tokens."""
-    scheduler = Scheduler(config(max_extend_tokens=BUDGET, mixed_batches=mixed))
+    # 1,024 pages hold all three requests; the default pool, sized from free memory, would
+    # take about a gigabyte here for nothing.
+    scheduler = Scheduler(config(max_extend_tokens=BUDGET, mixed_batches=mixed, num_pages=1024))
     params = SamplingParams(max_tokens=12, ignore_eos=True)
     tokens: dict[int, list[int]] = {}
     for prompt in SHORT_PROMPTS:
@@ -97,7 +99,7 @@ def kv_tight(tokenizer: Any, admission: str) -> tuple[list[dict], dict[int, list
     preemptions so far, every request's tokens, and how many preemptions there were."""
     scheduler = Scheduler(config(num_pages=64, max_running_req=8, admission=admission))
     preemptor = getattr(scheduler.pick_batch, "preemptor", None)  # optimistic admission's
-    params = SamplingParams(max_tokens=24, ignore_eos=True)
+    params = SamplingParams(max_tokens=16, ignore_eos=True)
     tokens = {scheduler.add_request(tokenizer.encode(p), params): [] for p in TIGHT_PROMPTS}
     steps = []
     while scheduler.has_work:
@@ -134,7 +136,7 @@ def main() -> None:
     print(f"\nsame tokens with and without mixed batches: {results[False] == results[True]}")
     print(f"long answer: {tokenizer.decode(results[True][2])!r}")
 
-    print("\n2. eight requests, 64 pages of KV, max_tokens=24 each")
+    print("\n2. eight requests, 64 pages of KV, max_tokens=16 each")
     runs = {}
     admission_figure: dict[str, Any] = {"num_pages": 64}
     for admission in ("conservative", "optimistic"):

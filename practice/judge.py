@@ -74,15 +74,21 @@ def load_problems(root: Path | str | None = None) -> list[Problem]:
 
 
 def grade(
-    problem: Problem, submission: Path, samples_only: bool = False, timeout: float | None = None
+    problem: Problem,
+    submission: Path,
+    samples_only: bool = False,
+    timeout: float | None = None,
+    jobs: int = 1,
 ) -> Run:
-    """Grade a file for a problem, with the problem's timeout (or --timeout, or the variable)."""
+    """Grade a file for a problem, with the problem's timeout (or --timeout, or the variable);
+    `jobs` runs at once share the cores (each gets its share of threads)."""
     override = os.environ.get(TIMEOUT_ENV_VAR)
     timeout = timeout or (float(override) if override else TIMEOUTS[problem.env])
     missing = missing_models() if problem.env != "browser" else []
     if missing:  # the tests would fail on a missing file, not on the submission
         return Run(problem.slug, 0.0, f"{', '.join(missing)} missing: {PROVISION}")
-    return grade_in_sandbox(problem, submission, timeout, {MODELS_ENV: str(MODELS)}, samples_only)
+    env = {MODELS_ENV: str(MODELS)}
+    return grade_in_sandbox(problem, submission, timeout, env, samples_only, jobs)
 
 
 def missing_models() -> list[str]:
@@ -248,7 +254,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     ]
     with tempfile.TemporaryDirectory() as folder, ThreadPoolExecutor(args.jobs) as pool:
         runs = {
-            (p.slug, kind): pool.submit(grade, p, path)
+            (p.slug, kind): pool.submit(grade, p, path, jobs=args.jobs)
             for p in problems
             for kind, path in (
                 ("solution", graded_solution(p, Path(folder))),

@@ -162,3 +162,25 @@ def test_a_rank_that_fails_ends_the_llm_and_the_server_with_the_same_error(
     for error in (llm_error, server_error):
         assert error.startswith(FAILED_RANK + "\n"), error
         assert error.rstrip().endswith(f"RuntimeError: {FAULT}"), error
+
+
+def test_cpu_ranks_share_the_cores_and_rank_0_gets_its_threads_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two ranks with a thread per core each would oversubscribe the cores (OpenMP's threads
+    spin while they wait): each rank takes cores / ranks, and the user's process, rank 0, gets
+    its own number back when the LLM closes. An OMP_NUM_THREADS the user set is left alone."""
+    import torch
+
+    model = str(require_model(TINY_MODELS["qwen3"]))
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    before = torch.get_num_threads()
+    with LLM(model, tp_size=2, show_progress=False, num_pages=256) as llm:
+        assert torch.get_num_threads() == max(1, (os.cpu_count() or 1) // 2)
+        llm.generate([PROMPT], SamplingParams(max_tokens=2))
+    assert torch.get_num_threads() == before
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    with LLM(model, tp_size=2, show_progress=False, num_pages=256):
+        assert torch.get_num_threads() == 1
+    torch.set_num_threads(before)

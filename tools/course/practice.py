@@ -37,8 +37,11 @@ def grade(
     timeout: float,
     env: dict[str, str],
     samples_only: bool = False,
+    jobs: int = 1,
 ) -> Run:
-    """Run the problem's tests on `submission`; `env` adds variables (where the models are)."""
+    """Run the problem's tests on `submission`; `env` adds variables (where the models are).
+    `jobs` runs at once share the cores: each gets cores / jobs threads (sandbox_env), since
+    torch's threads slow down badly when they outnumber the cores."""
     error = syntax_error(submission)
     if error:
         return Run(problem.slug, 0.0, error)
@@ -54,7 +57,7 @@ def grade(
             problem.slug,
             ["test_submission.py"],
             tmp,
-            sandbox_env(tmp, **env),
+            sandbox_env(tmp, jobs, **env),
             tmp / "results.jsonl",
             timeout,
             timeout,
