@@ -398,6 +398,11 @@ def main(argv: list[str] | None = None) -> int:
         help="cpu = uniform and mixed",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--requests",
+        type=int,
+        help="run only each workload's first N requests (a quick run; the lines record it)",
+    )
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument(
@@ -437,6 +442,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     for name in names:
         work = make_workload(WORKLOADS[name], args.seed)
+        if args.requests:
+            work = work.first(args.requests)
         runs: dict[str, list[OfflineResult]] = {v: [] for v in variants}
         for round_ in range(1, args.repeat + 1):
             results: list[OfflineResult] = []

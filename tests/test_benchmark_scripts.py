@@ -24,6 +24,9 @@ def run_script(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+QUICK_REQUESTS = 8  # the offline runs take each workload's first 8 requests (--requests)
+
+
 def assert_provenance(record: dict, script: str) -> None:
     assert record["command"].startswith(f"python {script}"), record["command"]
     assert record["machine"] and "CPU cores" in record["machine"]
@@ -32,27 +35,22 @@ def assert_provenance(record: dict, script: str) -> None:
 
 @pytest.mark.slow
 def test_offline_runs_both_cpu_workloads_and_records_each_ratio(tmp_path: Path) -> None:
-    """The CPU workloads, small (tiny-qwen3): each engine row and record carries its ratio to
-    transformers from the same run (a record of the figure, not a timed assertion)."""
+    """The CPU workloads, small (tiny-qwen3, each workload's first 8 requests): each engine row
+    and record carries its ratio to transformers from the same run (a record of the figure, not
+    a timed assertion)."""
     results = tmp_path / "results.jsonl"
     model = str(require_model(MODEL))
     done = run_script(
         "benchmark/offline.py",
-        "--model",
-        model,
-        "--workload",
-        "cpu",
-        "--threads",
-        "1",
-        "--tp",
-        "1",
-        "--json",
-        str(results),
+        *("--model", model, "--workload", "cpu", "--requests", str(QUICK_REQUESTS)),
+        *("--threads", "1", "--tp", "1", "--json", str(results)),
     )
     assert done.returncode == 0, done.stderr[-2000:]
+    assert f"--requests {QUICK_REQUESTS}" in read_results(results)[0]["command"]
     records = read_results(results)
     for name in ("uniform", "mixed"):
-        work = make_workload(WORKLOADS[name], 0)
+        work = make_workload(WORKLOADS[name], 0).first(QUICK_REQUESTS)
+        assert len(work.prompts) == QUICK_REQUESTS
         rows = [line.split() for line in done.stdout.splitlines() if line.startswith(name)]
         assert [row[1] for row in rows] == ["transformers", "minisgl"]
         assert all(int(row[3]) == work.output_tokens for row in rows), done.stdout
@@ -79,6 +77,7 @@ def test_offline_repeat_compares_each_variants_median_run(tmp_path: Path) -> Non
     done = run_script(
         "benchmark/offline.py",
         *("--model", str(require_model(MODEL)), "--workload", "uniform"),
+        *("--requests", str(QUICK_REQUESTS)),
         *("--variants", "minisgl,transformers", "--threads", "1", "--repeat", "2"),
         *("--json", str(results)),
     )
@@ -97,7 +96,7 @@ def test_offline_repeat_compares_each_variants_median_run(tmp_path: Path) -> Non
         seconds = sorted(r["seconds"] for r in runs if r["variant"] == variant)
         assert record["all_seconds"] == [r["seconds"] for r in runs if r["variant"] == variant]
         assert record["seconds"] == pytest.approx(sum(seconds) / 2)  # the median of two
-        assert record["runs"] == 2 and record["output_tokens"] == 2048
+        assert record["runs"] == 2 and record["output_tokens"] == 64 * QUICK_REQUESTS
         assert_provenance(record, "benchmark/offline.py")
     ratio = medians["transformers"]["seconds"] / medians["minisgl"]["seconds"]
     assert medians["minisgl"]["vs_transformers"] == pytest.approx(ratio)

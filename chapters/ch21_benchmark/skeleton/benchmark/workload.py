@@ -49,6 +49,10 @@ class Workload:
         """The longest sequence (prompt plus output) of the workload."""
         return max(len(p) + o for p, o in zip(self.prompts, self.output_lens))
 
+    def first(self, count: int) -> Workload:
+        """The workload's first `count` requests (a quick run of the same kind of work)."""
+        return Workload(self.prompts[:count], self.output_lens[:count])
+
 
 def make_workload(spec: WorkloadSpec, seed: int) -> Workload:
     """Draw the workload of `spec` from a generator seeded with `seed`: prompts, then lengths.
