@@ -150,6 +150,23 @@ def test_a_request_with_its_own_seed_draws_the_same_tokens_whatever_else_is_in_t
     )
 
 
+def test_tied_probabilities_rank_by_token_id_under_top_k_and_top_p():
+    """Ten tokens share the top probability: top-k 3 keeps the three of lowest id, and top-p
+    0.35 the four ranked before 0.35 of the mass (0.1 each), also the lowest ids; so a row's
+    draws depend on its values, not on how a sort happened to order equal ones."""
+    vocab = 64
+    logits = torch.full((1, vocab), -30.0)
+    tied = torch.tensor([40, 3, 57, 12, 9, 31, 60, 22, 5, 48])
+    logits[0, tied] = 2.0
+    lowest = sorted(tied.tolist())
+    for params, kept in [
+        (SamplingParams(temperature=1.0, top_k=3), lowest[:3]),
+        (SamplingParams(temperature=1.0, top_p=0.35), lowest[:4]),
+    ]:
+        tokens = draw(logits[0], params, rows=2000)
+        assert set(tokens.tolist()) == set(kept), params
+
+
 def draw(logits: torch.Tensor, params: SamplingParams, rows: int = DRAWS) -> torch.Tensor:
     """`rows` independent draws from one row of logits, in a single seeded call."""
     vocab = logits.shape[-1]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -139,6 +140,59 @@ def test_scheduler_options_of_chapter_23_are_checked_where_they_are_set():
     with pytest.raises(ConfigError, match="max_extend_tokens >= max_running_req"):
         SchedulerConfig(model, mixed_batches=True, max_extend_tokens=8, max_running_req=16)
     SchedulerConfig(model, mixed_batches=True, max_extend_tokens=16, max_running_req=16)
+
+
+@pytest.mark.parametrize(
+    "setting, value, words",
+    [
+        ("speculative_tokens", 2.5, "speculative_tokens must be of type int, got 2.5 (float)"),
+        ("speculative_tokens", "2", "speculative_tokens must be of type int, got '2' (str)"),
+        ("speculative_tokens", -1, "speculative_tokens must be >= 0"),
+        ("page_size", True, "page_size must be of type int, got True (bool)"),
+        ("page_size", 0, "page_size must be >= 1"),
+        ("num_pages", 64.0, "num_pages must be of type int or None"),
+        ("num_pages", 0, "num_pages must be >= 1"),
+        ("kv_cache_gib", 0, "kv_cache_gib must be > 0"),
+        ("kv_cache_gib", "1", "kv_cache_gib must be of type float"),
+        ("gpu_memory_fraction", 1.5, "gpu_memory_fraction must be <= 1"),
+        ("max_running_req", 0, "max_running_req must be >= 1"),
+        ("max_seq_len", 0, "max_seq_len must be >= 1"),
+        ("cuda_graph_max_bs", -1, "cuda_graph_max_bs must be >= 0"),
+        ("seed", 1.5, "seed must be of type int"),
+        ("tp_size", 0, "tp_size must be >= 1"),
+        ("show_progress", "no", "show_progress must be of type bool"),
+        ("max_extend_tokens", 0, "max_extend_tokens must be >= 1"),
+        ("max_extend_tokens", 8.0, "max_extend_tokens must be of type int"),
+        ("enable_overlap", "yes", "enable_overlap must be of type bool or None"),
+        ("mixed_batches", 1, "mixed_batches must be of type bool"),
+        ("ngram_max", 0, "ngram_max must be >= 1"),
+        ("ngram_min", 2.0, "ngram_min must be of type int"),
+    ],
+)
+def test_every_numeric_setting_is_checked_for_type_and_range_where_it_is_set(
+    setting: str, value: object, words: str
+) -> None:
+    from minisgl.scheduler import SchedulerConfig
+
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        SchedulerConfig(str(TINY_MODELS["llama"]), **{setting: value})
+
+
+def test_triton_kernels_on_a_cpu_without_the_interpreter_are_refused_with_what_to_do(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a CPU Triton runs kernels only in its interpreter: without TRITON_INTERPRET=1 the
+    backend (and chapter 19's kernels) would fail in the first step with "0 active drivers"."""
+    from minisgl.llm import LLM
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    model = str(TINY_MODELS["llama"])
+    small = dict(device="cpu", num_pages=64, show_progress=False)
+    with pytest.raises(ConfigError, match="set TRITON_INTERPRET=1 .*attention_backend='torch'"):
+        LLM(model, attention_backend="triton", **small)
+    monkeypatch.setenv("MINISGL_KERNELS", "triton")
+    with pytest.raises(ConfigError, match="MINISGL_KERNELS=triton on a CPU .*TRITON_INTERPRET=1"):
+        LLM(model, **small)
 
 
 @pytest.fixture(scope="module")

@@ -73,7 +73,7 @@ def line_of(folder: Path, text: str) -> int:
 @pytest.mark.parametrize(
     "crash, signal", [(SEGFAULT, "SIGSEGV (signal 11)"), ("os.abort()", "SIGABRT (signal 6)")]
 )
-def test_a_crash_names_the_test_and_the_signal_and_keeps_the_results_before_it(
+def test_a_crash_names_the_test_and_the_signal_and_the_tests_after_it_run_in_a_fresh_process(
     tmp_path: Path, crash: str, signal: str
 ) -> None:
     run = run_tests(
@@ -96,16 +96,51 @@ def test_a_crash_names_the_test_and_the_signal_and_keeps_the_results_before_it(
         ("test_first", "failed"),
         ("test_second", "passed"),
         ("test_crash", CRASHED),
+        ("test_after", "passed"),
     ]
     assert run.verdict == (
-        f"the test process died of {signal} while running test_crash; 1 of 2 tests before it failed"
+        f"the test process died of {signal} while running test_crash; 1 of 3 other tests failed"
     )
-    crashed = run.tests[-1]
+    crashed = run.tests[2]
     assert crashed.crashed and crashed in run.failures
     assert f"the test process died of {signal} while running test_crash" in crashed.message
     assert "Fatal Python error" in crashed.details
     student_frames = [line for line in crashed.details.splitlines() if "test_student.py" in line]
     assert student_frames[-1].endswith(f"test_student.py:{line_of(tmp_path, crash)} in test_crash")
+
+
+def test_every_crash_is_named_and_every_test_gets_its_verdict(tmp_path: Path) -> None:
+    """A kernel that crashes two tests of a chapter: each crash restarts the run after it, so
+    the verdict names both and the tests between and after them are judged too."""
+    run = run_tests(
+        tmp_path,
+        f"""
+        def test_one():
+            {SEGFAULT}
+
+        def test_two():
+            pass
+
+        def test_three():
+            os.abort()
+
+        @pytest.mark.parametrize("x", [1, 2])
+        def test_four(x):
+            assert x == 1
+        """,
+    )
+    assert outcomes(run) == [
+        ("test_one", CRASHED),
+        ("test_two", "passed"),
+        ("test_three", CRASHED),
+        ("test_four[1]", "passed"),
+        ("test_four[2]", "failed"),
+    ]
+    assert run.verdict == (
+        "the test process died of SIGSEGV (signal 11) while running test_one; the test process "
+        "died of SIGABRT (signal 6) while running test_three; 1 of 3 other tests failed"
+    )
+    assert len(run.failures) == 3
 
 
 def test_a_native_wait_is_stopped_at_the_tests_limit_with_every_threads_stack(
@@ -231,7 +266,7 @@ def test_steps_test_names_a_test_waiting_in_native_code_and_the_students_line(
     assert "wait for something that never comes?" in " ".join(out.split())
 
 
-def test_grade_writes_crashed_and_the_tests_after_it_not_run(course: Path, tmp_path: Path) -> None:
+def test_grade_writes_crashed_and_grades_the_tests_after_it(course: Path, tmp_path: Path) -> None:
     work = tmp_path / "submissions" / "ada" / "work"
     (work / "minisgl").mkdir(parents=True)
     run(course, "start", "0")
@@ -249,7 +284,7 @@ def test_grade_writes_crashed_and_the_tests_after_it_not_run(course: Path, tmp_p
     assert (
         "died of SIGSEGV (signal 11) while running test_add" in rows[("0", "test_add")]["message"]
     )
-    assert rows[("0", "test_total")]["outcome"] == "not run"
+    assert rows[("0", "test_total")]["outcome"] == "passed", "run in a fresh process"
 
 
 def test_mutate_lists_a_mutant_killed_only_by_a_crash(course: Path) -> None:

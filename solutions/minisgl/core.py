@@ -25,9 +25,13 @@ class SamplingParams:
 
     temperature 0 means greedy (argmax). top_k = -1 means no top-k limit; top_p = 1.0 means no
     nucleus limit. max_tokens counts generated tokens, the first one (from prefill) included.
-    A seed makes random sampling reproducible: the same seed and prompt give the same tokens,
-    whatever else runs in the batch. Stop strings are not the engine's business: the
-    detokenizer, which sees text, handles them.
+    A seed makes random sampling reproducible: a seeded request's draw depends on its seed, its
+    position and its own logits, never on the other requests of the batch or on the engine's
+    generator. Its logits may differ in their last bits from batch to batch (a batched matrix
+    product sums in an order that depends on the batch's shape), so the same seed and prompt
+    give the same tokens in the same batch, and in another batch unless a draw falls within
+    that noise of a boundary (two nearly equal probabilities at the edge of top_p, say).
+    Stop strings are not the engine's business: the detokenizer, which sees text, handles them.
     """
 
     temperature: float = 0.0

@@ -60,6 +60,37 @@ class ConfigError(MinisglError, ValueError):
     """A setting of the engine or scheduler is out of range."""
 
 
+def check_setting(
+    name: str,
+    value: object,
+    kind: type,
+    at_least: float | None = None,
+    at_most: float | None = None,
+    above: float | None = None,
+    optional: bool = False,
+) -> None:
+    """Raise ConfigError, naming the setting, unless `value` is a `kind` within the bounds
+    (`at_least`/`at_most` inclusive, `above` exclusive), or None where `optional`.
+
+    A bool is not an int (True would pass for 1), a float setting takes an int, and a string
+    is never a number: a setting of the wrong type is refused here, not by a TypeError deep
+    inside a step."""
+    if value is None and optional:
+        return
+    accepted = (int, float) if kind is float else (kind,)
+    if not isinstance(value, accepted) or (kind is not bool and isinstance(value, bool)):
+        what = f"{kind.__name__} or None" if optional else kind.__name__
+        raise ConfigError(f"{name} must be of type {what}, got {value!r} ({type(value).__name__})")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return  # a bool setting has no bounds
+    if at_least is not None and value < at_least:
+        raise ConfigError(f"{name} must be >= {at_least}, got {value!r}")
+    if at_most is not None and value > at_most:
+        raise ConfigError(f"{name} must be <= {at_most}, got {value!r}")
+    if above is not None and value <= above:
+        raise ConfigError(f"{name} must be > {above}, got {value!r}")
+
+
 class InvalidRequestError(MinisglError, ValueError):
     """A request that can never be served (empty prompt, bad parameters, too long)."""
 

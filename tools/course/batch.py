@@ -4,9 +4,9 @@
 minisgl/), assembles each student's snapshot of each chapter exactly as `steps.py test` does, and
 runs the course's own test files on it (never files from the submission; a student's progress
 file is never read), sandboxed with the same timeouts. One CSV row per student, chapter and test;
-a test that times out ends its run (course.pytest_plugin), as does one that kills the test process
-(outcome "crashed", course.runner), and the test functions after it get a row with outcome
-"not run".
+a test that kills the test process gets the outcome "crashed" and the tests after it run in a
+fresh process (course.runner); a test that times out ends its run (course.pytest_plugin), and
+the test functions the run did not reach get a row with outcome "not run".
 """
 
 from __future__ import annotations
@@ -71,9 +71,14 @@ def test_functions(course: Course, k: int) -> list[str]:
 def with_unrun_tests(cases: list[TestCase], functions: list[str]) -> list[TestCase]:
     """`cases`, plus a "not run" case per test function without one when a test that timed
     out or crashed (or the test module's import) ended the run, so they count against the
-    score."""
+    score. After a crash the tests run on in a fresh process: the last such case is where the
+    run ended."""
     ended = next(
-        (case.name for case in cases if case.timed_out or case.crashed or case.is_collection),
+        (
+            case.name
+            for case in reversed(cases)
+            if case.timed_out or case.crashed or case.is_collection
+        ),
         None,
     )
     if ended is None:

@@ -120,9 +120,10 @@ class Recorder:
             self.record.write(json.dumps(fields) + "\n")
             self.record.flush()
 
-    def running(self, name: str, limit: float) -> None:
-        """`name` runs now; from now on it may run `limit` seconds (0: no limit of its own)."""
-        self.write(running=name, limit=limit)
+    def running(self, name: str, limit: float, nodeid: str = "") -> None:
+        """`name` runs now; from now on it may run `limit` seconds (0: no limit of its own).
+        `nodeid` lets the judge deselect it when it reruns the tests after a crash."""
+        self.write(running=name, limit=limit, nodeid=nodeid)
 
     def finished(
         self,
@@ -131,6 +132,7 @@ class Recorder:
         report: pytest.TestReport | pytest.CollectReport | None,
         seconds: float = 0.0,
         limit: float = 0.0,
+        nodeid: str = "",
     ) -> None:
         """`name` ended: its outcome, and how long its call ran against the limit it had (the
         maintainer's check wants every limit to leave room for a slower machine)."""
@@ -142,15 +144,16 @@ class Recorder:
             details=details,
             seconds=round(seconds, 3),
             limit=limit,
+            nodeid=nodeid,
         )
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Iterator[None]:
         self.reports, self.limit = [], 0.0
-        self.running(item.name, 0.0)  # setup: a fixture may load a model, under no limit
+        self.running(item.name, 0.0, item.nodeid)  # setup: a fixture may load a model, no limit
         yield
         call = sum(report.duration for report in self.reports if report.when == "call")
-        self.finished(item.name, *outcome_of(self.reports), call, self.limit)
+        self.finished(item.name, *outcome_of(self.reports), call, self.limit, item.nodeid)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.reports.append(report)
@@ -159,10 +162,10 @@ class Recorder:
     def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
         mark = item.get_closest_marker("time_limit")
         seconds = self.limit = limit_of(self.config, mark.args[0] if mark else 0.0)
-        self.running(item.name, seconds)
+        self.running(item.name, seconds, item.nodeid)
         with time_limit(item.session, item.name, seconds):
             yield
-        self.running(item.name, 0.0)  # teardown, under no limit, as setup
+        self.running(item.name, 0.0, item.nodeid)  # teardown, under no limit, as setup
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_make_collect_report(self, collector: pytest.Collector) -> Iterator[None]:

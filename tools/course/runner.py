@@ -258,8 +258,56 @@ def run_pytest(
     as the tests run, and faulthandler's stacks to `record.with_suffix(".stacks")`.
 
     `test_timeout` fails the test that runs longer and ends the run there (the tests after it
-    do not run); `timeout` stops the whole run, and the test that was running then is named in
-    `Run.hung`. The test that was running when the process died gets the outcome "crashed"."""
+    do not run: a hang usually hangs every test that calls the same code); `timeout` stops the
+    whole run, and the test that was running then is named in `Run.hung`. The test that was
+    running when the process died gets the outcome "crashed", and the tests it did not reach
+    run in a fresh process (the ones that ended, and the crashed one, deselected), again after
+    each crash, so the verdict covers every test and names every crash."""
+    started = time.monotonic()
+    cases: list[TestCase] = []
+    deaths: list[str] = []  # one per crash: "the test process died of ... while running ..."
+    outputs: list[str] = []
+    done_nodeids: list[str] = []
+    while True:
+        left = timeout - (time.monotonic() - started)
+        deselect = [f"--deselect={nodeid}" for nodeid in done_nodeids]
+        run, crashed = run_pytest_once(
+            label, targets, cwd, env, record, left, test_timeout, [*(extra or []), *deselect]
+        )
+        cases += run.tests
+        outputs.append(run.output)
+        if crashed is None:
+            break
+        deaths.append(run.verdict)
+        done_nodeids += crashed  # the tests that ended in that process, and the crashed one
+        if time.monotonic() - started >= timeout:
+            break
+    seconds, output = time.monotonic() - started, "".join(outputs)
+    if not deaths:
+        return Run(label, seconds, run.verdict, output, cases, run.hung)
+    others = [case for case in cases if not case.crashed]
+    failed = sum(case.outcome in FAILED for case in others)
+    verdict = "; ".join(deaths) + (
+        f"; {failed} of {len(others)} other tests failed" if others else ""
+    )
+    if run.hung or run.verdict.startswith(("stopped", "no test ran")):
+        verdict += f"; then {run.verdict}"
+    return Run(label, seconds, verdict, output, cases, run.hung)
+
+
+def run_pytest_once(
+    label: str,
+    targets: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    record: Path,
+    timeout: float,
+    test_timeout: float,
+    extra: list[str],
+) -> tuple[Run, list[str] | None]:
+    """One pytest process of run_pytest: its Run, and when it died in the middle of a test
+    (not of an import, where no later test could run either), the node ids of the tests that
+    ended in it and of the one that crashed; else None."""
     record.parent.mkdir(parents=True, exist_ok=True)
     record.unlink(missing_ok=True)
     stacks = record.with_suffix(".stacks")
@@ -280,7 +328,7 @@ def run_pytest(
         f"--record={record}",
         f"--stacks={stacks}",
         "--tb=short",
-        *(extra or []),
+        *extra,
     ]
     progress = Progress(record, stacks, cwd)
     done = run_process(cmd, cwd, env, timeout, progress.overran, dump_stacks=True)
@@ -304,19 +352,14 @@ def run_pytest(
                 progress.interrupted(running, "failed", f"{TIMEOUT_MARK}{timeout:g}s: {why}")
             )
         verdict = f"stopped after {timeout:.0f} s" + (f" while running {hung}" if hung else "")
-        return Run(label, done.seconds, verdict, done.stdout, cases, hung)
+        return Run(label, done.seconds, verdict, done.stdout, cases, hung), None
     elif running is not None:  # the process died in the middle of a test or an import
         death = f"the test process {ended_how(done.returncode)} while {running.doing}"
         cases.append(progress.interrupted(running, CRASHED, death))
-        before = cases[:-1]
         if running.name.startswith(COLLECTING):
-            verdict = f"no test ran: {death}"
-        else:
-            failed = sum(case.outcome in FAILED for case in before)
-            verdict = death + (
-                f"; {failed} of {len(before)} tests before it failed" if before else ""
-            )
-        return Run(label, done.seconds, verdict, done.stdout, cases)
+            return Run(label, done.seconds, f"no test ran: {death}", done.stdout, cases), None
+        crashed = [*progress.finished_nodeids, running.nodeid] if running.nodeid else None
+        return Run(label, done.seconds, death, done.stdout, cases), crashed
     bad = [case for case in cases if case.outcome in FAILED]
     if not cases:
         verdict = (
@@ -328,7 +371,7 @@ def run_pytest(
         verdict = f"pytest exit {done.returncode}: {last_line(done.stdout + done.stderr)}"
     else:
         verdict = "passed"
-    return Run(label, done.seconds, verdict, done.stdout, cases)
+    return Run(label, done.seconds, verdict, done.stdout, cases), None
 
 
 def ended_how(returncode: int) -> str:
@@ -349,6 +392,7 @@ class Running:
     name: str
     limit: float  # seconds it may run from `since`; 0: no limit of its own (setup, teardown)
     since: float  # time.monotonic() when the judge read that it started
+    nodeid: str = ""  # pytest's id of the test ("" for a module's import)
 
     @property
     def what(self) -> str:
@@ -374,6 +418,7 @@ class Progress:
         self.running: Running | None = None
         self.stopped: Running | None = None
         self.main_thread: int | None = None
+        self.finished_nodeids: list[str] = []  # of the tests that ended, in order
 
     def read(self) -> None:
         if self.stopped:  # the judge's verdict on it stands, whatever the test did after
@@ -392,9 +437,13 @@ class Progress:
             except json.JSONDecodeError:  # not the plugin's
                 continue
             if "running" in event:
-                self.running = Running(event["running"], event["limit"], time.monotonic())
+                self.running = Running(
+                    event["running"], event["limit"], time.monotonic(), event.get("nodeid", "")
+                )
             elif "finished" in event:
                 self.running = None
+                if event.get("nodeid"):
+                    self.finished_nodeids.append(event["nodeid"])
                 if event["outcome"] != "collected":  # a module that imported is no result
                     self.cases.append(
                         TestCase(

@@ -4,6 +4,10 @@ MINISGL_DISABLE_OVERLAP_SCHEDULING=1  the scheduler's plain loop instead of over
 MINISGL_KERNELS=torch                 keep the torch code on CUDA, not chapter 19's Triton kernels
 MINISGL_KERNELS=triton                use the kernels on any device (a CPU: TRITON_INTERPRET=1)
 MINISGL_CPU_LAYOUT=row                keep a CPU's weights row-major, not chapter 21's layout
+
+And one of Triton's own, which minisgl reads:
+TRITON_INTERPRET=1                    Triton kernels run in its interpreter: the only way they
+                                      run on a CPU (set before triton is imported)
 """
 
 from __future__ import annotations
@@ -24,6 +28,10 @@ class _Env:
     def KERNELS(self) -> str:  # noqa: N802
         """ "torch", "triton", or "" (the default: the kernels on CUDA only)."""
         return os.environ.get("MINISGL_KERNELS", "").strip().lower()
+
+    @property
+    def TRITON_INTERPRET(self) -> bool:  # noqa: N802
+        return _flag("TRITON_INTERPRET")
 
     @property
     def CPU_LAYOUT(self) -> str:  # noqa: N802

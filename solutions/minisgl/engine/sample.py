@@ -3,7 +3,8 @@
 Every request in a batch has its own parameters, so the sampler works on per-row tensors,
 built on the host and copied to the device once per batch. Random rows draw from the
 engine's generator (seeded by EngineConfig.seed), except rows of requests with their own
-seed: those draw from a generator of their own, so their tokens do not depend on the batch.
+seed: those draw from a generator of their own, so their draws do not depend on the batch
+(their logits may, in the last bits: SamplingParams says what a seed promises).
 """
 
 from __future__ import annotations
@@ -82,7 +83,9 @@ class Sampler:
         if args.all_greedy:
             return greedy_tokens
         probs = torch.softmax(logits.float() / args.temperature, dim=-1)
-        sorted_probs, sorted_ids = probs.sort(dim=-1, descending=True)
+        # Stable: equal probabilities rank by token id, so a row's ranking, and which of
+        # several tied tokens top-k and top-p keep, depends on its own values alone.
+        sorted_probs, sorted_ids = probs.sort(dim=-1, descending=True, stable=True)
         rank = torch.arange(logits.shape[-1], device=logits.device)
         # top-k first: keep ranks < k, renormalized. Then top-p on what is left (as
         # transformers and vLLM do): keep a token if the tokens ranked before it hold less

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from minisgl.engine import EngineConfig
-from minisgl.utils import ConfigError
+from minisgl.utils import ConfigError, check_setting
 
 
 @dataclass
@@ -32,14 +32,16 @@ class SchedulerConfig(EngineConfig):
             raise ConfigError(
                 f"admission must be 'conservative' or 'optimistic', got {self.admission!r}"
             )
-        if self.speculative_tokens < 0:
-            raise ConfigError(f"speculative_tokens must be >= 0, got {self.speculative_tokens}")
-        if not 1 <= self.ngram_min <= self.ngram_max:
+        check_setting("max_extend_tokens", self.max_extend_tokens, int, at_least=1)
+        check_setting("enable_overlap", self.enable_overlap, bool, optional=True)
+        check_setting("mixed_batches", self.mixed_batches, bool)
+        check_setting("speculative_tokens", self.speculative_tokens, int, at_least=0)
+        check_setting("ngram_max", self.ngram_max, int, at_least=1)
+        check_setting("ngram_min", self.ngram_min, int, at_least=1)
+        if self.ngram_min > self.ngram_max:
             raise ConfigError(
                 f"need 1 <= ngram_min <= ngram_max, got {self.ngram_min} and {self.ngram_max}"
             )
-        if self.max_extend_tokens < 1:
-            raise ConfigError(f"max_extend_tokens must be >= 1, got {self.max_extend_tokens}")
         if self.mixed_batches and self.max_extend_tokens < self.max_running_req:
             raise ConfigError(  # every running request's token must fit in a mixed step
                 f"mixed_batches needs max_extend_tokens >= max_running_req, got "

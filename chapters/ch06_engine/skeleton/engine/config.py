@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from minisgl.utils import ConfigError
+from minisgl.utils import check_setting
 
 
 @dataclass
@@ -27,14 +27,17 @@ class EngineConfig:
     tp_size: int = 1  # tensor-parallel ranks, one process each (chapter 16)
 
     def __post_init__(self) -> None:
-        if self.page_size < 1:
-            raise ConfigError(f"page_size must be >= 1, got {self.page_size}")
-        if self.max_running_req < 1:
-            raise ConfigError(f"max_running_req must be >= 1, got {self.max_running_req}")
-        if self.tp_size < 1:
-            raise ConfigError(f"tp_size must be >= 1, got {self.tp_size}")
-        if self.cuda_graph_max_bs is not None and self.cuda_graph_max_bs < 0:
-            raise ConfigError(f"cuda_graph_max_bs must be >= 0, got {self.cuda_graph_max_bs}")
+        """Refuse a setting of the wrong type or out of range now, naming it (ConfigError)."""
+        check_setting("page_size", self.page_size, int, at_least=1)
+        check_setting("num_pages", self.num_pages, int, at_least=1, optional=True)
+        check_setting("kv_cache_gib", self.kv_cache_gib, float, above=0)
+        check_setting("gpu_memory_fraction", self.gpu_memory_fraction, float, above=0, at_most=1)
+        check_setting("max_running_req", self.max_running_req, int, at_least=1)
+        check_setting("max_seq_len", self.max_seq_len, int, at_least=1, optional=True)
+        check_setting("cuda_graph_max_bs", self.cuda_graph_max_bs, int, at_least=0, optional=True)
+        check_setting("seed", self.seed, int)
+        check_setting("show_progress", self.show_progress, bool)
+        check_setting("tp_size", self.tp_size, int, at_least=1)
 
     @property
     def resolved_device(self) -> torch.device:

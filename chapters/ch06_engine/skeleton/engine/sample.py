@@ -3,7 +3,8 @@
 Every request in a batch has its own parameters, so the sampler works on per-row tensors,
 built on the host and copied to the device once per batch. Random rows draw from the
 engine's generator (seeded by EngineConfig.seed), except rows of requests with their own
-seed: those draw from a generator of their own, so their tokens do not depend on the batch.
+seed: those draw from a generator of their own, so their draws do not depend on the batch
+(their logits may, in the last bits: SamplingParams says what a seed promises).
 """
 
 from __future__ import annotations

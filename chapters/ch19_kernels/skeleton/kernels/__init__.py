@@ -22,6 +22,7 @@ import torch
 
 from minisgl.engine import Engine, EngineExtension, register_engine_extension
 from minisgl.env import ENV
+from minisgl.utils import ConfigError
 
 
 def uses_kernels(engine: Engine) -> bool:
@@ -32,7 +33,13 @@ def uses_kernels(engine: Engine) -> bool:
 
 
 def use_kernel_parts(engine: Engine) -> None:
-    """Build the KV pool and the table manager with their kernel versions."""
+    """Build the KV pool and the table manager with their kernel versions (ConfigError for
+    MINISGL_KERNELS=triton on a CPU without Triton's interpreter, where they cannot run)."""
+    if uses_kernels(engine) and engine.device.type == "cpu" and not ENV.TRITON_INTERPRET:
+        raise ConfigError(
+            "MINISGL_KERNELS=triton on a CPU runs the kernels only in Triton's interpreter: "
+            "set TRITON_INTERPRET=1 before starting (slow; what the tests use), or unset it"
+        )
     if uses_kernels(engine):
         from minisgl.kernels.kv_store import KernelKVCache
         from minisgl.kernels.step_inputs import KernelTableManager

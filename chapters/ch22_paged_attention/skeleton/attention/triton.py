@@ -16,6 +16,7 @@ triton is imported only when this backend is built: the engine runs without it.
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -28,8 +29,9 @@ from minisgl.attention.base import (
     BaseAttnMetadata,
     register_backend,
 )
+from minisgl.env import ENV
 from minisgl.kvcache.base import BaseKVCachePool
-from minisgl.utils import make_device_tensor
+from minisgl.utils import ConfigError, make_device_tensor
 
 if TYPE_CHECKING:
     from minisgl.core import Batch
@@ -122,6 +124,20 @@ class TritonAttnBackend(BaseAttnBackend):
 
 
 def create_triton_backend(setup: AttnSetup) -> TritonAttnBackend:
+    """The backend for the engine's setup, or ConfigError where Triton cannot run its kernels:
+    triton is not installed, or the device is a CPU, where only Triton's interpreter runs
+    them (slow: the course's tests use it), which must be chosen before triton is imported."""
+    if importlib.util.find_spec("triton") is None:
+        raise ConfigError(
+            "attention_backend='triton' needs the triton package (wheels for Linux only); "
+            "use attention_backend='torch'"
+        )
+    if setup.device.type == "cpu" and not ENV.TRITON_INTERPRET:
+        raise ConfigError(
+            "attention_backend='triton' on a CPU runs only in Triton's interpreter: set "
+            "TRITON_INTERPRET=1 before starting (slow; what the tests use), or use "
+            "attention_backend='torch'"
+        )
     return TritonAttnBackend(setup.kv_cache, setup.page_table, setup.num_kv_heads)
 
 

@@ -16,8 +16,9 @@ matchers take the same steps and make the same mask: nothing needs to be broadca
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache
 from typing import TYPE_CHECKING, NamedTuple
 from weakref import WeakKeyDictionary
 
@@ -39,6 +40,22 @@ from minisgl.utils import load_tokenizer
 # a second, and every engine has this sampler while most never see a constraint.
 if TYPE_CHECKING:
     import xgrammar
+
+
+@cache
+def grammar_compiler(
+    tokenizer_path: str, vocab_size: int, stop_token_ids: tuple[int, ...]
+) -> xgrammar.GrammarCompiler:
+    """Grammars compiled against one vocabulary, one compiler per process (cached: a schema
+    that comes again is not compiled again). Made at the first constrained request: reading
+    the vocabulary takes most of a second, which every later engine of the process saves."""
+    import xgrammar
+
+    tokenizer = load_tokenizer(tokenizer_path)
+    info = xgrammar.TokenizerInfo.from_huggingface(
+        tokenizer, vocab_size=vocab_size, stop_token_ids=list(stop_token_ids)
+    )
+    return xgrammar.GrammarCompiler(info)
 
 
 @dataclass
@@ -77,24 +94,23 @@ class GrammarSampler(Sampler):
         self.mask_seconds = 0.0  # time spent accepting tokens and filling masks
         self.masked_steps = 0  # steps that had at least one constrained row
 
-    @cached_property
+    @property
     def compiler(self) -> xgrammar.GrammarCompiler:
-        """Grammars compiled against this model's vocabulary (cached: a schema that comes again
-        is not compiled again). Made at the first constrained request: reading the vocabulary
-        takes a while."""
+        """Grammars compiled against this model's vocabulary (see `grammar_compiler`)."""
+        return grammar_compiler(self.tokenizer_path, self.vocab_size, tuple(self.stop_token_ids))
+
+    def matcher(
+        self, params: StructuredParams, generated: Sequence[int] = ()
+    ) -> xgrammar.GrammarMatcher:
+        """A matcher of the grammar of `params` that has accepted the tokens `generated`
+        already (none for a new request); RuntimeError if the grammar refuses one."""
         import xgrammar
 
-        tokenizer = load_tokenizer(self.tokenizer_path)
-        info = xgrammar.TokenizerInfo.from_huggingface(
-            tokenizer, vocab_size=self.vocab_size, stop_token_ids=self.stop_token_ids
-        )
-        return xgrammar.GrammarCompiler(info)
-
-    def matcher(self, params: StructuredParams) -> xgrammar.GrammarMatcher:
-        """A fresh matcher, at the start of the grammar of `params`."""
-        import xgrammar
-
-        return xgrammar.GrammarMatcher(self.compiler.compile_grammar(params.grammar()))
+        matcher = xgrammar.GrammarMatcher(self.compiler.compile_grammar(params.grammar()))
+        for token in generated:
+            if not matcher.accept_token(token):
+                raise RuntimeError(f"the grammar refused token {token} that it had allowed")
+        return matcher
 
     def prepare(self, batch: Batch) -> GrammarSamplingArgs:
         """The base class's arguments, plus the matcher of each row whose request samples a
@@ -102,7 +118,10 @@ class GrammarSampler(Sampler):
 
         A prompt chunk (ChunkedReq) samples nothing and gets no matcher; a request without a
         constraint neither. The matchers are kept in `self.matchers`, keyed by request, so the
-        same request finds the same matcher at every step.
+        same request finds the same matcher at every step. A request may have generated tokens
+        before this Req was made: one preempted and resumed (chapter 23) comes back as a new
+        Req whose prompt ends with them, and whose `output_len` is what is left of max_tokens.
+        Its matcher must go on after those `max_tokens - output_len` tokens, not start over.
         """
         raise NotImplementedError("ch25: The base class's arguments, plus the matcher of each row whose request samples a")
 
