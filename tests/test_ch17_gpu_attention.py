@@ -41,6 +41,7 @@ from torch.utils._pytree import tree_leaves
 import minisgl
 from minisgl.attention import ATTENTION_BACKENDS
 from minisgl.attention.base import AttnSetup
+from minisgl.attention import fi
 from minisgl.attention.fi import (
     FlashInferBackend,
     create_flashinfer_backend,
@@ -441,7 +442,8 @@ def use_fake_flashinfer(monkeypatch: pytest.MonkeyPatch, fake: FakeFlashInfer) -
             setattr(backend, name, fake.watch(getattr(backend, name)))
         return backend
 
-    monkeypatch.setitem(ATTENTION_BACKENDS, "flashinfer", replace(entry, create=create))
+    # features.ATTENTION_BACKENDS finds the entry at this name of its module at each lookup.
+    monkeypatch.setattr(fi, "FLASHINFER_BACKEND", replace(entry, create=create))
 
 
 # ----- page lists ------------------------------------------------------------------------------

@@ -90,6 +90,7 @@ def test_the_engine_uses_the_kernels_on_cuda_unless_told_not_to(monkeypatch) -> 
     from minisgl.engine import Engine, EngineConfig
     from minisgl.kernels.fused_layers import FusedRMSNorm
     from minisgl.kernels.kv_store import KernelKVCache
+    from minisgl.kernels.extension import kernel_table_manager
     from minisgl.kernels.step_inputs import KernelTableManager
 
     def build() -> Engine:
@@ -99,7 +100,7 @@ def test_the_engine_uses_the_kernels_on_cuda_unless_told_not_to(monkeypatch) -> 
 
     engine = build()
     assert isinstance(engine.kv_cache, KernelKVCache)
-    assert engine.table_manager_type is KernelTableManager
+    assert kernel_table_manager(engine) is KernelTableManager  # the scheduler's, it offers
     assert isinstance(engine.model.model.norm, FusedRMSNorm)  # bf16: the layers are fused
     monkeypatch.setenv("MINISGL_KERNELS", "torch")
     engine = build()

@@ -21,6 +21,8 @@ from rich.tree import Tree
 from course.errors import CourseError
 from course.manifest import NEVER, Course
 from course.source import (
+    FEATURES,
+    filter_features,
     filter_init,
     functions,
     is_unwritten,
@@ -98,6 +100,8 @@ def assemble_file(
     text = replace_functions(course.reference(path) if student is None else student, new_sources)
     if path.endswith("__init__.py"):
         text = filter_init(text, path, course.files(k), set(course.file_owner))
+    if path == FEATURES:
+        text = filter_features(text, course.files(k))
     return text, fallbacks
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import posixpath
+import re
 import textwrap
 
 from course.errors import CourseError
@@ -161,6 +162,43 @@ def filter_init(text: str, path: str, present: set[str], known: set[str]) -> str
         if not any({f"{m}.py", f"{m}/__init__.py"} & present for m in modules):
             del lines[node.lineno - 1 : node.end_lineno]
     return "".join(lines)
+
+
+FEATURES = "features.py"  # the engine's table of parts (solutions/minisgl/features.py)
+
+
+def module_file(module: str, present: set[str]) -> bool:
+    """Whether the dotted module `minisgl.a.b` is a file of `present` (paths under minisgl/)."""
+    path = "/".join(module.split(".")[1:])
+    return bool({f"{path}.py", f"{path}/__init__.py"} & present)
+
+
+def filter_features(text: str, present: set[str]) -> str:
+    """Drop the rows of features.py, `Part(chapter, name, "minisgl.x.y:attr", ...),`, whose
+    module x/y is absent: a snapshot's table lists only the parts its files hold."""
+    starts = [0]
+    for line in text.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    rows = [
+        node
+        for node in ast.walk(ast.parse(text))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "Part"
+        and len(node.args) >= 3
+        and isinstance(node.args[2], ast.Constant)
+    ]
+    for node in sorted(rows, key=lambda row: (row.lineno, row.col_offset), reverse=True):
+        if module_file(str(node.args[2].value).partition(":")[0], present):
+            continue
+        begin = starts[node.lineno - 1] + node.col_offset
+        end = starts[node.end_lineno - 1] + node.end_col_offset  # type: ignore[operator]
+        end += len(text[end:]) - len(text[end:].lstrip(" ,"))  # its comma
+        line_start, line_end = starts[node.lineno - 1], starts[node.end_lineno]  # type: ignore[index]
+        if not text[line_start:begin].strip() and not text[end:line_end].strip():
+            begin, end = line_start, line_end  # a row on lines of its own: drop them
+        text = text[:begin] + text[end:]
+    return re.sub(r"= \(\n\)", "= ()", text)  # a table left empty
 
 
 def symbol_at(text: str, line: int) -> str | None:

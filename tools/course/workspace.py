@@ -14,7 +14,14 @@ from dataclasses import dataclass
 
 from course.manifest import Course
 from course.snapshot import skeleton_text
-from course.source import functions, is_unwritten, replace_functions, source_of, stub_of
+from course.source import (
+    FEATURES,
+    functions,
+    is_unwritten,
+    replace_functions,
+    source_of,
+    stub_of,
+)
 
 
 @dataclass
@@ -47,6 +54,8 @@ def merge_modified(
     chapter k's symbols become stubs unless the student wrote them already; an __init__.py
     gains the skeleton's import lines it lacks."""
     lines = mine.splitlines(keepends=True)
+    if path == FEATURES:  # the course's table of parts: chapter k's rows are what runs
+        return skeleton, [f"{FEATURES} is chapter {k}'s table now (yours is in the backup)"]
     if path.endswith("__init__.py"):
         have = {line.strip() for line in lines}
         add = [

@@ -6,9 +6,6 @@ from .base import (
     BackendEntry,
     BaseAttnBackend,
     BaseAttnMetadata,
-    register_backend,
     resolve_backend,
 )
 from .torch_backend import TorchAttnBackend
-from .fi import FlashInferBackend  # registers itself in ATTENTION_BACKENDS
-from .triton import TritonAttnBackend  # registers itself in ATTENTION_BACKENDS

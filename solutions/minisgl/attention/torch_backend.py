@@ -18,7 +18,6 @@ from minisgl.attention.base import (
     BackendEntry,
     BaseAttnBackend,
     BaseAttnMetadata,
-    register_backend,
 )
 from minisgl.kvcache.base import BaseKVCachePool
 from minisgl.utils import make_device_tensor
@@ -123,11 +122,8 @@ class TorchAttnBackend(BaseAttnBackend):
         return out[meta.query_slots]
 
 
-register_backend(
-    "torch",
-    BackendEntry(
-        create=lambda setup: TorchAttnBackend(setup.kv_cache, setup.page_table),
-        usable=lambda setup: True,  # any device, any dtype
-        priority=0,
-    ),
+TORCH_BACKEND = BackendEntry(
+    create=lambda setup: TorchAttnBackend(setup.kv_cache, setup.page_table),
+    usable=lambda setup: True,  # any device, any dtype
+    priority=0,
 )

@@ -27,7 +27,6 @@ from minisgl.attention.base import (
     BackendEntry,
     BaseAttnBackend,
     BaseAttnMetadata,
-    register_backend,
 )
 from minisgl.env import ENV
 from minisgl.kvcache.base import BaseKVCachePool
@@ -204,7 +203,4 @@ def chosen_by_name_only(setup: AttnSetup) -> bool:
     return False
 
 
-register_backend(
-    "triton",
-    BackendEntry(create=create_triton_backend, usable=chosen_by_name_only, priority=0),
-)
+TRITON_BACKEND = BackendEntry(create=create_triton_backend, usable=chosen_by_name_only, priority=0)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from minisgl.engine import Engine, EngineExtension, register_engine_extension
+from minisgl.engine import Engine, EngineExtension
 
 from .group import join_tensor_parallel
 from .info import get_tp_info
@@ -27,6 +27,4 @@ def join_before_building(engine: Engine) -> None:
     join_tensor_parallel(engine.device)
 
 
-register_engine_extension(
-    EngineExtension("tensor parallelism", order=0, configure=join_before_building)
-)
+TENSOR_PARALLEL = EngineExtension(configure=join_before_building)

@@ -15,8 +15,8 @@ The graph itself is a `DeviceGraph`: `CudaGraph` on a GPU. The CPU tests put a s
 `GraphRunner.graph_type` whose replay re-runs the recorded forward on the same fixed tensors,
 which is all a replay can see.
 
-This module registers `capture_decode_graphs` as an engine extension: every engine on a GPU,
-with a backend that can plan into fixed buffers, replaces its eager runner by a GraphRunner.
+`capture_decode_graphs` is a row of features.RUNNERS: every engine on a GPU, with a backend
+that can plan into fixed buffers, runs its decode batches with a GraphRunner it offers.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from minisgl.core import Batch, Context
-from minisgl.engine.engine import EagerRunner, Engine, EngineExtension, register_engine_extension
+from minisgl.engine.engine import EagerRunner, Engine
 
 MAX_GRAPH_BATCH_SIZE = 256  # default cap of cuda_graph_max_bs
 
@@ -230,20 +230,18 @@ def graph_max_batch_size(engine: Engine) -> int:
     return min(wanted, engine.config.max_running_req)
 
 
-def capture_decode_graphs(engine: Engine) -> None:
-    """Replace the engine's eager runner by a GraphRunner with every graph captured.
+def capture_decode_graphs(engine: Engine) -> GraphRunner | None:
+    """A GraphRunner for the engine with every graph captured (None where graphs do not apply:
+    the engine keeps its eager runner; features.RUNNERS asks).
 
     Padding rows store their K/V into the pool's last page, so the graphs keep that page:
     the scheduler sees one page fewer.
     """
     max_batch_size = graph_max_batch_size(engine)
     if max_batch_size == 0:
-        return
+        return None
     engine.num_pages -= 1
     backend = cast(GraphAttnBackend, engine.attn_backend)
     runner = GraphRunner(engine.model, engine.ctx, backend, max_batch_size, engine.num_pages)
     runner.capture()
-    engine.runner = runner
-
-
-register_engine_extension(EngineExtension("cuda graphs", order=100, finish=capture_decode_graphs))
+    return runner

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
+
+from minisgl import features
 
 
 class BaseKVCachePool(ABC):
@@ -91,6 +94,8 @@ class BasePrefixCache(ABC):
         """Raise if the cache's internal bookkeeping is inconsistent."""
 
 
-# cache_type -> how to build that prefix cache (device, page_size). Each prefix cache module
-# registers itself when kvcache/__init__.py imports it, so the scheduler names none of them.
-PREFIX_CACHES: dict[str, Callable[[torch.device, int], BasePrefixCache]] = {}
+# cache_type -> how to build that prefix cache (device, page_size): the rows of
+# features.PREFIX_CACHES, so the scheduler names none of them.
+PREFIX_CACHES: Mapping[str, Callable[[torch.device, int], BasePrefixCache]] = features.Registry(
+    features.PREFIX_CACHES
+)

@@ -10,19 +10,21 @@ admitting new requests as others finish.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any, Sequence
 
 from tqdm import tqdm
 
+from minisgl import features
 from minisgl.core import SamplingParams
 from minisgl.scheduler import Scheduler, SchedulerConfig
 from minisgl.utils import ConfigError, InvalidRequestError, load_tokenizer
 
 
-# The scheduler class for an engine in one process, and (registered by chapter 16's llm/tp.py)
-# for rank 0 of several processes that share the model.
-SCHEDULER_TYPES: dict[str, type[Scheduler]] = {"one process": Scheduler}
+# The scheduler class for an engine in one process, and (chapter 16's llm/tp.py) for rank 0
+# of several processes that share the model: the rows of features.SCHEDULERS.
+SCHEDULER_TYPES: Mapping[str, type[Scheduler]] = features.Registry(features.SCHEDULERS)
 
 
 class LLM:
@@ -36,7 +38,7 @@ class LLM:
         if kind not in SCHEDULER_TYPES:
             raise ConfigError(
                 f"tp_size={scheduler_config.tp_size} needs a scheduler of several processes "
-                "(tensor parallelism), and none is registered in this tree"
+                "(tensor parallelism), and features.SCHEDULERS has none in this tree"
             )
         self.scheduler: Scheduler = SCHEDULER_TYPES[kind](scheduler_config)
         self.tokenizer = load_tokenizer(model_path)

@@ -9,4 +9,3 @@ from .frontend import ReplyMsg, StatusMsg
 from .tokenizer import BatchMsg, DetokenizeMsg, TokenizeMsg
 from .serialize import deserialize, serialize
 from .transport import ZmqAsyncPullQueue, ZmqPullQueue, ZmqPushQueue, ipc_address
-from minisgl.structured import params  # registers StructuredParams as a message type

@@ -10,11 +10,13 @@ code to run.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import msgpack
 import numpy as np
 
+from minisgl import features
 from minisgl.core import SamplingParams
 from minisgl.message.backend import AbortBackendMsg, ExitMsg, StatusRequestMsg, UserMsg
 from minisgl.message.frontend import ReplyMsg, StatusMsg
@@ -25,21 +27,25 @@ EXT_DATACLASS = 1  # msgpack extension code: [class name, {field: value}]
 EXT_TOKEN_IDS = 2  # msgpack extension code: little-endian int32 array
 TOKEN_IDS = "list[int]"  # the annotation of a token-id field (annotations are strings here)
 
-MESSAGE_TYPES: dict[str, type] = {
-    cls.__name__: cls
-    for cls in (
-        UserMsg,
-        AbortBackendMsg,
-        StatusRequestMsg,
-        ExitMsg,
-        TokenizeMsg,
-        DetokenizeMsg,
-        BatchMsg,
-        ReplyMsg,
-        StatusMsg,
-        SamplingParams,
-    )
-}
+# Message class name -> class: chapter 12's, and the rows of features.MESSAGE_TYPES.
+MESSAGE_TYPES: Mapping[str, type] = features.Registry(
+    features.MESSAGE_TYPES,
+    base={
+        cls.__name__: cls
+        for cls in (
+            UserMsg,
+            AbortBackendMsg,
+            StatusRequestMsg,
+            ExitMsg,
+            TokenizeMsg,
+            DetokenizeMsg,
+            BatchMsg,
+            ReplyMsg,
+            StatusMsg,
+            SamplingParams,
+        )
+    },
+)
 
 
 class MessageError(MinisglError):

@@ -3,4 +3,3 @@
 from .config import ModelConfig, MoeConfig
 from .registry import MODEL_REGISTRY, create_model
 from .weight import load_weights
-from .qwen3_moe import Qwen3MoeForCausalLM  # registers itself in MODEL_REGISTRY

@@ -16,7 +16,6 @@ from torch import nn
 from minisgl.layers.moe import SparseMoeBlock
 from minisgl.models.config import ModelConfig
 from minisgl.models.llama import LlamaForCausalLM, create_mlp
-from minisgl.models.registry import MODEL_REGISTRY
 
 
 def create_moe_mlp(config: ModelConfig, layer_id: int) -> nn.Module:
@@ -44,6 +43,3 @@ class Qwen3MoeForCausalLM(LlamaForCausalLM):
             experts[f".experts.{e}.up_proj."] = (".experts.gate_up_proj.", 2 * e + 1)
             experts[f".experts.{e}.down_proj."] = (".experts.down_proj.", e)
         self.WEIGHT_NAME_MAP = experts | LlamaForCausalLM.WEIGHT_NAME_MAP
-
-
-MODEL_REGISTRY["Qwen3MoeForCausalLM"] = Qwen3MoeForCausalLM

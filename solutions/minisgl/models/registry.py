@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import nn
 
+from minisgl import features
 from minisgl.models.config import ModelConfig
-from minisgl.models.llama import LlamaForCausalLM
 from minisgl.utils import UnsupportedModelError
 
-MODEL_REGISTRY: dict[str, type[nn.Module]] = {
-    "LlamaForCausalLM": LlamaForCausalLM,
-    "Qwen2ForCausalLM": LlamaForCausalLM,
-    "Qwen3ForCausalLM": LlamaForCausalLM,
-}  # models/qwen3_moe.py adds Qwen3MoeForCausalLM (chapter 20)
+# Architecture name -> model class: the rows of features.MODELS.
+MODEL_REGISTRY: Mapping[str, type[nn.Module]] = features.Registry(features.MODELS)
 
 
 def create_model(config: ModelConfig, device: torch.device, dtype: torch.dtype) -> nn.Module:

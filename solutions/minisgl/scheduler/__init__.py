@@ -3,5 +3,3 @@
 from .table import TableManager
 from .config import SchedulerConfig
 from .scheduler import Scheduler
-from .mixed import StepPolicy  # registers itself in BATCH_POLICIES
-from minisgl.speculative import policy  # registers speculative decoding in BATCH_POLICIES

@@ -18,16 +18,12 @@ import torch
 
 from minisgl.core import Req
 from minisgl.kvcache import PREFIX_CACHES, BaseCacheHandle, BasePrefixCache, MatchResult
-from minisgl.utils import ConfigError, div_ceil, make_device_tensor
+from minisgl.utils import div_ceil, make_device_tensor
 
 
 def create_prefix_cache(cache_type: str, device: torch.device, page_size: int) -> BasePrefixCache:
-    """The prefix cache registered as `cache_type` (ConfigError if none is)."""
-    if cache_type not in PREFIX_CACHES:
-        raise ConfigError(
-            f"cache_type {cache_type!r} is not available here "
-            f"(choose from: {', '.join(PREFIX_CACHES)})"
-        )
+    """The prefix cache features.PREFIX_CACHES names `cache_type` (SchedulerConfig refused
+    any other name)."""
     return PREFIX_CACHES[cache_type](device, page_size)
 
 

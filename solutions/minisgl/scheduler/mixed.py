@@ -7,7 +7,7 @@ next token first, then prompt chunks filling the rest of the token budget (max_e
 as vLLM's scheduler and SGLang's mixed chunks do. The attention backends already take such a
 batch: a decode token is an extend of length 1, and each request samples from its last token.
 
-`StepPolicy` is chapter 23's batch picker (`BATCH_POLICIES` of the scheduler): mixed batches
+`StepPolicy` is chapter 23's batch picker (a row of features.BATCH_POLICIES): mixed batches
 when `mixed_batches` is on, and, with `admission="optimistic"`, room made by preemption
 (`Preemptor`) before every step that decodes.
 """
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from minisgl.core import Batch
 from minisgl.scheduler.preempt import OptimisticPrefillManager, Preemptor
-from minisgl.scheduler.scheduler import BATCH_POLICIES, BatchPicker
+from minisgl.scheduler.scheduler import BatchPicker
 
 if TYPE_CHECKING:
     from minisgl.scheduler.scheduler import Scheduler
@@ -83,6 +83,3 @@ def step_policy(scheduler: Scheduler, inner: BatchPicker) -> BatchPicker:
         scheduler.prefill_manager = prefill_manager
         preemptor = Preemptor(scheduler, prefill_manager)
     return StepPolicy(scheduler, inner, preemptor, config.mixed_batches)
-
-
-BATCH_POLICIES.append(step_policy)

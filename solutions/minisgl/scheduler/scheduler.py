@@ -20,6 +20,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
+from minisgl import features
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.engine import BatchSamplingArgs, Engine, ForwardOutput
 from minisgl.env import ENV
@@ -51,13 +52,14 @@ ForwardData = tuple[ForwardInput, ForwardOutput]  # a launched batch and what it
 BatchPicker = Callable[[], Batch | None]  # the next batch, or None when there is none
 
 # How a scheduler picks each step's requests: `Scheduler._pick_batch` below, unless a later
-# chapter's policy takes over. Each function registered here gets the new scheduler and its
-# picker so far, and returns the picker to use (the same one when its config does not ask for
-# it); chapter 23 registers mixed batches and optimistic admission this way. A policy whose
-# picker returns batches of its own kind (a Batch subclass) also runs and settles them: it may
-# replace the scheduler's `_forward` and `_process_last_data` by its own, which pass every
-# other batch on to the scheduler's.
-BATCH_POLICIES: list[Callable[[Scheduler, BatchPicker], BatchPicker]] = []
+# chapter's policy takes over. Each function of features.BATCH_POLICIES, in its order, gets the
+# new scheduler and its picker so far, and returns the picker to use (the same one when its
+# config does not ask for it): chapter 23's mixed batches and optimistic admission, then
+# chapter 24's speculative decoding around them. A policy whose picker returns batches of its
+# own kind (a Batch subclass) also runs and settles them: it may replace the scheduler's
+# `_forward` and `_process_last_data` by its own, which pass every other batch on to the
+# scheduler's.
+BatchPolicy = Callable[["Scheduler", BatchPicker], BatchPicker]
 
 
 class Scheduler:
@@ -70,7 +72,8 @@ class Scheduler:
     def __init__(self, config: SchedulerConfig) -> None:
         self.config = config
         self.engine = Engine(config)
-        self.table_manager: TableManager = self.engine.table_manager_type(
+        table_manager_type = features.first_offer(features.TABLE_MANAGERS, self.engine)
+        self.table_manager: TableManager = (table_manager_type or TableManager)(
             config.max_running_req, self.engine.page_table
         )
         prefix_cache = create_prefix_cache(config.cache_type, self.engine.device, config.page_size)
@@ -95,7 +98,8 @@ class Scheduler:
         self._last_data: ForwardData | None = None  # launched, results not yet processed
         self._integrity_ok: bool | None = None
         self.pick_batch: BatchPicker = self._pick_batch
-        for policy in BATCH_POLICIES:
+        for part in features.BATCH_POLICIES:
+            policy: BatchPolicy = part.load()
             self.pick_batch = policy(self, self.pick_batch)
 
     # ----- requests in and out --------------------------------------------------------------

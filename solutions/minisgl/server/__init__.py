@@ -2,4 +2,3 @@
 
 from .args import ServerArgs, parse_args
 from .launch import launch_server
-from minisgl.structured import response_format  # registers response_format for requests

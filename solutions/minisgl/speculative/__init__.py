@@ -3,4 +3,4 @@ in one forward (chapter 24)."""
 
 from .ngram import propose_drafts
 from .verify import accepted_length, roll_back
-from .policy import SpeculativeDecoder  # registers itself in BATCH_POLICIES
+from .policy import SpeculativeDecoder

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from minisgl.core import SamplingParams
-from minisgl.server.protocol import SAMPLING_EXTENSIONS, SamplingFields
+from minisgl.server.protocol import SamplingFields
 from minisgl.structured.params import StructuredParams
 from minisgl.utils import InvalidRequestError
 
@@ -65,6 +65,3 @@ def apply_response_format(body: SamplingFields, params: SamplingParams) -> Sampl
             'response_format.json_schema is required when response_format.type is "json_schema"'
         )
     return StructuredParams(**asdict(params), json_schema=response_format.json_schema.json_schema)
-
-
-SAMPLING_EXTENSIONS.append(apply_response_format)

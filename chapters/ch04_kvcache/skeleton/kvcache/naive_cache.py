@@ -5,7 +5,6 @@ from __future__ import annotations
 import torch
 
 from minisgl.kvcache.base import (
-    PREFIX_CACHES,
     BaseCacheHandle,
     BasePrefixCache,
     MatchResult,
@@ -48,4 +47,6 @@ class NaivePrefixCache(BasePrefixCache):
         pass
 
 
-PREFIX_CACHES["naive"] = lambda device, page_size: NaivePrefixCache(device)
+def naive_prefix_cache(device: torch.device, page_size: int) -> NaivePrefixCache:
+    """The naive cache for a pool of any page size (it holds no pages to split)."""
+    return NaivePrefixCache(device)

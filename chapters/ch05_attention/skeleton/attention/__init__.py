@@ -6,7 +6,6 @@ from .base import (
     BackendEntry,
     BaseAttnBackend,
     BaseAttnMetadata,
-    register_backend,
     resolve_backend,
 )
 from .torch_backend import TorchAttnBackend

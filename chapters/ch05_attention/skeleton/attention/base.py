@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Callable
 
 import torch
 
+from minisgl import features
 from minisgl.utils import ConfigError
 
 if TYPE_CHECKING:
@@ -54,37 +56,36 @@ class AttnSetup:
 
 @dataclass(frozen=True)
 class BackendEntry:
-    """A registered backend: how to build it, when "auto" may pick it, and how much it wants to."""
+    """A backend's row (features.ATTENTION_BACKENDS names it): how to build it, when "auto" may
+    pick it, and how much it wants to."""
 
     create: Callable[[AttnSetup], BaseAttnBackend]
     usable: Callable[[AttnSetup], bool]  # may "auto" choose it for this setup?
     priority: int  # "auto" takes the usable backend of highest priority
 
 
-# Backends register themselves when their module is imported (attention/__init__.py imports
-# every backend module there is), so the engine names none of them.
-ATTENTION_BACKENDS: dict[str, BackendEntry] = {}
-BACKEND_ALIASES: dict[str, str] = {}  # another spelling -> the registered name
+def backend_part(name: str) -> features.Part:
+    """The row of features.ATTENTION_BACKENDS known as `name` (or by an alias); ConfigError,
+    listing the names there are, if none is."""
+    part = features.find(features.ATTENTION_BACKENDS, name)
+    if part is None:
+        names = [n for part in features.ATTENTION_BACKENDS for n in (part.name, *part.aliases)]
+        raise ConfigError(
+            f"attention backend {name!r} is not available (choose from: auto, {', '.join(names)})"
+        )
+    return part
 
 
-def register_backend(name: str, entry: BackendEntry, aliases: tuple[str, ...] = ()) -> None:
-    ATTENTION_BACKENDS[name] = entry
-    BACKEND_ALIASES.update(dict.fromkeys(aliases, name))
+# Backend name (or alias) -> its BackendEntry: the rows of features.ATTENTION_BACKENDS.
+ATTENTION_BACKENDS: Mapping[str, BackendEntry] = features.Registry(features.ATTENTION_BACKENDS)
 
 
 def resolve_backend(name: str, setup: AttnSetup) -> str:
-    """The registered backend that `name` means: itself (or the backend it is an alias of), or
-    for "auto" the usable backend of highest priority; ConfigError for a name nobody
-    registered."""
-    name = BACKEND_ALIASES.get(name, name)
-    if name == "auto":
-        usable = [(e.priority, n) for n, e in ATTENTION_BACKENDS.items() if e.usable(setup)]
-        if not usable:
-            raise ConfigError("no attention backend is usable on this device")
-        return max(usable)[1]
-    if name not in ATTENTION_BACKENDS:
-        raise ConfigError(
-            f"attention backend {name!r} is not available "
-            f"(choose from: auto, {', '.join([*ATTENTION_BACKENDS, *BACKEND_ALIASES])})"
-        )
-    return name
+    """The backend that `name` means: itself (or the backend it is an alias of), or for "auto"
+    the usable backend of highest priority; ConfigError for a name no row has."""
+    if name != "auto":
+        return backend_part(name).name
+    usable = [(e.priority, n) for n, e in ATTENTION_BACKENDS.items() if e.usable(setup)]
+    if not usable:
+        raise ConfigError("no attention backend is usable on this device")
+    return max(usable)[1]

@@ -1,12 +1,5 @@
 """The engine: one forward of one batch, and the sampler."""
 
 from .config import EngineConfig
-from .engine import (
-    ENGINE_EXTENSIONS,
-    EagerRunner,
-    Engine,
-    EngineExtension,
-    ForwardOutput,
-    register_engine_extension,
-)
+from .engine import EagerRunner, Engine, EngineExtension, ForwardOutput, engine_extensions
 from .sample import BatchSamplingArgs, Sampler

@@ -4,20 +4,22 @@ It knows nothing about scheduling. Someone else (the scheduler, or you by hand i
 decides which requests form a batch, gives their tokens KV slots in the page table and fills
 the batch's inputs; the engine runs the model on it and samples one token per request.
 
-Later chapters make the engine faster without editing this file: an `EngineExtension` they
-register may swap the classes the engine builds from, or change what it built (its model's
-layers, the runner of its forwards).
+Later chapters make the engine faster without editing this file: an `EngineExtension` of
+theirs (a row of features.ENGINE_EXTENSIONS) may swap the class the KV pool is built from, or
+change what the engine built (its model's layers, its sampler); a row of features.RUNNERS may
+run decode batches in place of the eager runner.
 """
 
 from __future__ import annotations
 
 import gc
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 from torch import nn
 
+from minisgl import features
 from minisgl.attention import ATTENTION_BACKENDS, AttnSetup, BaseAttnBackend, resolve_backend
 from minisgl.core import Batch, Context
 from minisgl.engine.config import EngineConfig
@@ -31,9 +33,6 @@ from minisgl.utils import (
     RequestTooLongError,
     div_ceil,
 )
-
-if TYPE_CHECKING:
-    from minisgl.scheduler.table import TableManager
 
 
 class ForwardOutput(NamedTuple):
@@ -66,38 +65,32 @@ def _unchanged(engine: Engine) -> None:
 
 @dataclass(frozen=True)
 class EngineExtension:
-    """A later chapter's change to every engine built after its module was imported."""
+    """A later chapter's change to every engine: a row of features.ENGINE_EXTENSIONS names it,
+    and the rows' order is the order their hooks run in."""
 
-    name: str
-    order: int  # extensions run in this order (layers are fused before graphs record them)
-    # Before the model and the KV pool are built: may set engine.kv_pool_type and
-    # engine.table_manager_type, or prepare the process (join its ranks).
+    # Before the model and the KV pool are built: may set engine.kv_pool_type, or prepare the
+    # process (join its ranks).
     configure: Callable[[Engine], None] = _unchanged
-    # Once the engine is built: may change engine.model's layers or replace engine.runner.
+    # Once the engine is built: may change engine.model's layers or replace engine.sampler.
     finish: Callable[[Engine], None] = _unchanged
 
 
-ENGINE_EXTENSIONS: list[EngineExtension] = []
-
-
-def register_engine_extension(extension: EngineExtension) -> None:
-    ENGINE_EXTENSIONS.append(extension)
-    ENGINE_EXTENSIONS.sort(key=lambda e: e.order)
+def engine_extensions() -> list[EngineExtension]:
+    """The extensions of features.ENGINE_EXTENSIONS, in its order."""
+    return [part.load() for part in features.ENGINE_EXTENSIONS]
 
 
 class Engine:
     def __init__(self, config: EngineConfig) -> None:
-        from minisgl.scheduler.table import TableManager  # its package imports the engine
-
         self.config = config
         self.device = config.resolved_device
         self.dtype = config.resolved_dtype
         self.page_size = config.page_size
         self.model_config = ModelConfig.from_dir(config.model_path)
-        # The classes of the per-device parts; an extension may pick faster ones.
+        # The class of the KV pool; an extension may pick a faster one.
         self.kv_pool_type: type[MHAKVCache] = MHAKVCache
-        self.table_manager_type: type[TableManager] = TableManager
-        for extension in ENGINE_EXTENSIONS:
+        extensions = engine_extensions()
+        for extension in extensions:
             extension.configure(self)
         self.num_heads, self.num_kv_heads = self._local_heads()
         self.model = create_model(self.model_config, self.device, self.dtype)
@@ -134,9 +127,11 @@ class Engine:
         self.attn_backend = ATTENTION_BACKENDS[self.backend_name].create(setup)
         self.ctx = Context(self.page_size, self.kv_cache, self.page_table, self.attn_backend)
         self.sampler = Sampler(self.device, self.model_config.vocab_size, config.seed)
-        self.runner: EagerRunner = EagerRunner(self.model, self.ctx, self.attn_backend)
-        for extension in ENGINE_EXTENSIONS:
+        for extension in extensions:
             extension.finish(self)
+        # Built last: a runner that records the model (CUDA graphs) records it as finished.
+        eager = EagerRunner(self.model, self.ctx, self.attn_backend)
+        self.runner: EagerRunner = features.first_offer(features.RUNNERS, self) or eager
 
     @property
     def kv_bytes_per_token(self) -> int:

@@ -10,4 +10,4 @@ from .base import (
 )
 from .mha_pool import MHAKVCache
 from .naive_cache import NaivePrefixCache
-from .radix_cache import RadixPrefixCache  # registers itself in PREFIX_CACHES
+from .radix_cache import RadixPrefixCache

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 import torch
 
 from minisgl.kvcache.base import (
-    PREFIX_CACHES,
     BaseCacheHandle,
     BasePrefixCache,
     MatchResult,
@@ -169,6 +168,3 @@ class RadixPrefixCache(BasePrefixCache):
                 f"radix size accounting is off: counted evictable={evictable}, "
                 f"protected={protected}; recorded {self._evictable_size}, {self._protected_size}"
             )
-
-
-PREFIX_CACHES["radix"] = RadixPrefixCache

@@ -10,6 +10,7 @@ from typing import Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from minisgl import features
 from minisgl.core import SamplingParams
 
 DEFAULT_MAX_TOKENS = 128
@@ -23,7 +24,7 @@ class SamplingFields(BaseModel):
     """Fields shared by /v1/completions and /v1/chat/completions.
 
     The OpenAI API has more fields than these: the others are kept (in `model_extra`) for the
-    functions of SAMPLING_EXTENSIONS, which a later chapter may register.
+    functions of features.SAMPLING_EXTENSIONS, which a later chapter may add.
     """
 
     model_config = ConfigDict(extra="allow")
@@ -52,16 +53,18 @@ class SamplingFields(BaseModel):
         return self.stream_options is not None and self.stream_options.include_usage
 
 
-# Functions that read more of a request's fields: each gets the request and the parameters
-# made so far, and returns the parameters to use (or raises InvalidRequestError, a 400).
-SAMPLING_EXTENSIONS: list[Callable[[SamplingFields, SamplingParams], SamplingParams]] = []
+# A function that reads more of a request's fields (a row of features.SAMPLING_EXTENSIONS):
+# it gets the request and the parameters made so far, and returns the parameters to use (or
+# raises InvalidRequestError, a 400).
+SamplingExtension = Callable[[SamplingFields, SamplingParams], SamplingParams]
 
 
 def request_params(body: SamplingFields) -> SamplingParams:
     """The SamplingParams of a request: its sampling fields, then what each function of
-    SAMPLING_EXTENSIONS reads from the others."""
+    features.SAMPLING_EXTENSIONS reads from the others."""
     params = body.sampling_params()
-    for extend in SAMPLING_EXTENSIONS:
+    for part in features.SAMPLING_EXTENSIONS:
+        extend: SamplingExtension = part.load()
         params = extend(body, params)
     return params
 

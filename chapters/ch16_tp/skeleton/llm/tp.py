@@ -22,7 +22,6 @@ import torch.distributed as dist
 from minisgl.core import SamplingParams
 from minisgl.distributed import init_tp_group, leave_tp_group
 from minisgl.launcher import Launcher
-from minisgl.llm.llm import SCHEDULER_TYPES
 from minisgl.message import ExitMsg, UserMsg
 from minisgl.scheduler import Scheduler, SchedulerConfig
 from minisgl.scheduler.io import SchedulerIO, run_scheduler
@@ -104,6 +103,3 @@ class TPScheduler(Scheduler):
         else:
             self.ranks.stop()
             leave_tp_group()
-
-
-SCHEDULER_TYPES["several processes"] = TPScheduler

@@ -33,7 +33,6 @@ from minisgl.attention.base import (
     BackendEntry,
     BaseAttnBackend,
     BaseAttnMetadata,
-    register_backend,
 )
 from minisgl.kvcache.base import BaseKVCachePool
 from minisgl.utils import div_ceil
@@ -398,8 +397,6 @@ def flashinfer_usable(setup: AttnSetup) -> bool:
     )
 
 
-register_backend(
-    "flashinfer",
-    BackendEntry(create=create_flashinfer_backend, usable=flashinfer_usable, priority=10),
-    aliases=("fi",),  # upstream's name for it
-)
+FLASHINFER_BACKEND = BackendEntry(
+    create=create_flashinfer_backend, usable=flashinfer_usable, priority=10
+)  # also known as "fi", upstream's name for it

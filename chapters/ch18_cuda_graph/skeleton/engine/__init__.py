@@ -1,14 +1,6 @@
 """The engine: one forward of one batch, and the sampler."""
 
 from .config import EngineConfig
-from .engine import (
-    ENGINE_EXTENSIONS,
-    EagerRunner,
-    Engine,
-    EngineExtension,
-    ForwardOutput,
-    register_engine_extension,
-)
+from .engine import EagerRunner, Engine, EngineExtension, ForwardOutput, engine_extensions
 from .sample import BatchSamplingArgs, Sampler
-from .graph import GraphRunner  # registers CUDA graphs as an engine extension
-from minisgl.distributed import extension  # registers tensor parallelism as an extension
+from .graph import GraphRunner

@@ -17,7 +17,7 @@ MINISGL_CPU_LAYOUT=row  keep the weights row-major (the ablation: `--variants ro
 
 from __future__ import annotations
 
-from minisgl.engine.engine import Engine, EngineExtension, register_engine_extension
+from minisgl.engine.engine import Engine, EngineExtension
 from minisgl.env import ENV
 
 PROJECTIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
@@ -32,6 +32,4 @@ def store_weights_column_major(engine: Engine) -> None:
     store_column_major(engine.model, PROJECTIONS)
 
 
-register_engine_extension(
-    EngineExtension("CPU weight layout", order=20, finish=store_weights_column_major)
-)
+CPU_WEIGHT_LAYOUT = EngineExtension(finish=store_weights_column_major)

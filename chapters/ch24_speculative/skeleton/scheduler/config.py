@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from minisgl import features
 from minisgl.engine import EngineConfig
 from minisgl.utils import ConfigError, check_setting
 
@@ -26,8 +27,9 @@ class SchedulerConfig(EngineConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.cache_type not in ("radix", "naive"):
-            raise ConfigError(f"cache_type must be 'radix' or 'naive', got {self.cache_type!r}")
+        if features.find(features.PREFIX_CACHES, self.cache_type) is None:
+            names = " or ".join(repr(part.name) for part in features.PREFIX_CACHES)
+            raise ConfigError(f"cache_type must be {names} here, got {self.cache_type!r}")
         if self.admission not in ("conservative", "optimistic"):
             raise ConfigError(
                 f"admission must be 'conservative' or 'optimistic', got {self.admission!r}"

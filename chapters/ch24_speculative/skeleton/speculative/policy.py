@@ -1,6 +1,6 @@
 """The speculative step: the scheduler's decode step turned into a verify step with drafts.
 
-`SpeculativeDecoder` is chapter 24's batch picker (`BATCH_POLICIES` of the scheduler), active
+`SpeculativeDecoder` is chapter 24's batch picker (a row of features.BATCH_POLICIES), active
 when `speculative_tokens` (k) > 0. When the picker below it returns a decode batch, it gives
 each request up to k drafts (`propose_drafts`), writes them into the token pool behind the
 last token and moves device_len past them, so that chapter 7's preparation builds an extend of
@@ -25,7 +25,7 @@ import torch
 
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.engine.graph import GraphRunner
-from minisgl.scheduler.scheduler import BATCH_POLICIES, BatchPicker, ForwardData, ForwardInput
+from minisgl.scheduler.scheduler import BatchPicker, ForwardData, ForwardInput
 from minisgl.scheduler.utils import TokenOutput
 from minisgl.speculative.ngram import propose_drafts
 from minisgl.speculative.verify import accepted_length, roll_back
@@ -225,6 +225,3 @@ def speculative_policy(scheduler: Scheduler, inner: BatchPicker) -> BatchPicker:
     if scheduler.config.speculative_tokens == 0:
         return inner
     return SpeculativeDecoder(scheduler, inner)
-
-
-BATCH_POLICIES.append(speculative_policy)

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from minisgl.core import SamplingParams
-from minisgl.message.serialize import MESSAGE_TYPES
 from minisgl.utils import InvalidRequestError
 
 if TYPE_CHECKING:
@@ -56,6 +55,3 @@ class StructuredParams(SamplingParams):
 def _reason(error: RuntimeError) -> str:
     """xgrammar's message without its C++ location ("[12:00:00] /project/cpp/x.cc:12: ")."""
     return re.sub(r"^\[[\d:]+\] \S+:\d+: ", "", str(error).strip())
-
-
-MESSAGE_TYPES[StructuredParams.__name__] = StructuredParams  # it travels between processes

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from minisgl.core import SamplingParams
-from minisgl.server.protocol import SAMPLING_EXTENSIONS, SamplingFields
+from minisgl.server.protocol import SamplingFields
 from minisgl.structured.params import StructuredParams
 from minisgl.utils import InvalidRequestError
 
@@ -48,6 +48,3 @@ def apply_response_format(body: SamplingFields, params: SamplingParams) -> Sampl
     too. StructuredParams then checks the schema itself.
     """
     raise NotImplementedError("ch25: The parameters a request's `response_format` asks for: `params` unchanged without one")
-
-
-SAMPLING_EXTENSIONS.append(apply_response_format)

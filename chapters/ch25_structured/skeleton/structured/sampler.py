@@ -30,7 +30,6 @@ from minisgl.engine import (
     Engine,
     EngineExtension,
     Sampler,
-    register_engine_extension,
 )
 from minisgl.scheduler.prefill import ChunkedReq
 from minisgl.structured.params import StructuredParams
@@ -185,4 +184,4 @@ def use_grammar_sampler(engine: Engine) -> None:
     )
 
 
-register_engine_extension(EngineExtension("grammar sampler", order=50, finish=use_grammar_sampler))
+GRAMMAR_SAMPLER = EngineExtension(finish=use_grammar_sampler)

@@ -1,6 +1,0 @@
-"""Model definitions, their configuration, the architecture registry and weight loading."""
-
-from .config import ModelConfig, MoeConfig
-from .registry import MODEL_REGISTRY, create_model
-from .weight import load_weights
-from .qwen3_moe import Qwen3MoeForCausalLM  # registers itself in MODEL_REGISTRY
