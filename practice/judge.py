@@ -53,12 +53,13 @@ from course.problems import load_problems as load_problems_in
 from course.report import console, mark, print_practice_run
 from course.runner import Run, end_runs_on_interrupt
 from course.store import ProgressStore, backup
+from course.tiny_models import DENSE_TINY_MODELS
 
 PROBLEMS_DIR = PRACTICE / "problems"
 WORKSPACE_DIR = PRACTICE / "workspace"
 TIMEOUT_ENV_VAR = "PRACTICE_TIMEOUT"  # overrides TIMEOUTS, e.g. for the judge's own tests
 MIN_PROBLEMS_PER_CHAPTER = 3
-TINY_MODELS = ("tiny-qwen3", "tiny-qwen2", "tiny-llama")  # what torch problems load
+TINY_MODELS = DENSE_TINY_MODELS  # what torch problems load
 # Torch problems' tests read the models from here (they run in a temporary folder).
 MODELS_ENV = "PRACTICE_MODELS"
 PROVISION = f"run `{PYTHON} tools/provision.py`"

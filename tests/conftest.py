@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import torch
 from hypothesis import Phase, settings
+from course.tiny_models import DENSE_TINY_MODELS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,11 +45,8 @@ settings.register_profile(
 settings.load_profile("course")
 MODELS = ROOT / "models"
 SMOLLM2 = MODELS / "SmolLM2-135M-Instruct"
-TINY_MODELS = {
-    "qwen3": MODELS / "tiny-qwen3",
-    "qwen2": MODELS / "tiny-qwen2",
-    "llama": MODELS / "tiny-llama",
-}
+# tools/provision.py's dense tiny checkpoints, by their short name ("qwen3" for tiny-qwen3).
+TINY_MODELS = {name.removeprefix("tiny-"): MODELS / name for name in DENSE_TINY_MODELS}
 
 # Examples are importable by tests (e.g. the stage 1 milestone's hand-batched loop).
 sys.path.insert(0, str(ROOT / "examples"))

@@ -23,10 +23,15 @@ pytestmark = [
 SPIN_CYCLES = 200_000_000  # about 100 ms of an H200
 
 
-@pytest.mark.parametrize("cache_type", ["naive", "radix"])
-def test_an_overlapped_step_does_not_wait_for_the_device(cache_type):
+@pytest.mark.parametrize(
+    ("cache_type", "constrained"), [("naive", False), ("radix", False), ("radix", True)]
+)
+def test_an_overlapped_step_does_not_wait_for_the_device(cache_type, constrained):
+    """With `constrained`, every other request follows a regex (chapter 25): the grammar
+    sampler's mask and its copy of the sampled tokens must not wait for the device either."""
     from minisgl.core import SamplingParams
     from minisgl.scheduler import Scheduler, SchedulerConfig
+    from minisgl.structured import StructuredParams
 
     scheduler = Scheduler(
         SchedulerConfig(
@@ -43,12 +48,12 @@ def test_an_overlapped_step_does_not_wait_for_the_device(cache_type):
         )
     )
     for i in range(8):
-        scheduler.add_request(
-            [(5 * i + j) % 400 + 1 for j in range(20 + i)],
-            SamplingParams(
-                max_tokens=64, ignore_eos=True, temperature=0.0 if i % 2 else 0.8, seed=i
-            ),
+        params = SamplingParams(
+            max_tokens=64, ignore_eos=True, temperature=0.0 if i % 2 else 0.8, seed=i
         )
+        if constrained and i % 2 == 0:  # sampled: a greedy pick could end the text at once
+            params = StructuredParams(max_tokens=64, temperature=0.8, seed=i, regex="[a-z ]{1,400}")
+        scheduler.add_request([(5 * i + j) % 400 + 1 for j in range(20 + i)], params)
     for _ in range(4):  # prefill, and a few decode steps to warm every kernel up
         scheduler.step()
     torch.cuda.synchronize()
@@ -64,6 +69,13 @@ def test_an_overlapped_step_does_not_wait_for_the_device(cache_type):
         scheduler.step()
         step_s.append(time.perf_counter() - start)
         torch.cuda.synchronize()
+    print(
+        f"{cache_type}, constrained={constrained}: steps {[round(s * 1e3, 2) for s in step_s]} ms"
+        f" on the CPU while the device spun {spin_s * 1e3:.0f} ms"
+    )
+    if constrained:
+        sampler = scheduler.engine.sampler
+        assert sampler.masked_steps >= 9, "the constrained requests ended before the timed steps"
     assert max(step_s) < spin_s / 4, (
         f"overlapped steps took {[round(s * 1e3, 1) for s in step_s]} ms on the CPU while the "
         f"device was busy for {spin_s * 1e3:.0f} ms: something in the step path waits for it"

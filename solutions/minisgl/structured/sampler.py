@@ -33,7 +33,7 @@ from minisgl.engine import (
 )
 from minisgl.scheduler.prefill import ChunkedReq
 from minisgl.structured.params import StructuredParams
-from minisgl.utils import load_tokenizer
+from minisgl.utils import load_tokenizer, make_device_tensor
 
 # xgrammar is imported where a constrained request first needs it: loading it takes about half
 # a second, and every engine has this sampler while most never see a constraint.
@@ -173,7 +173,9 @@ class GrammarSampler(Sampler):
         `accept_unaccepted`; nothing when the batch had no constrained row."""
         if not args.matchers:
             return
-        rows = torch.tensor(list(args.matchers), device=tokens.device)
+        # From pinned memory, queued: a plain torch.tensor(..., device=...) would wait for
+        # every forward queued on the device, and this batch's overlap would be lost.
+        rows = make_device_tensor(list(args.matchers), torch.int64, tokens.device)
         picked = tokens[rows]
         if tokens.device.type == "cpu":
             self.unaccepted = SampledTokens(list(args.matchers.values()), picked, None)
@@ -201,7 +203,9 @@ class GrammarSampler(Sampler):
 
             bitmask = self.fill_mask(args.matchers, logits.shape[0])
             xgrammar.apply_token_bitmask_inplace(
-                logits, bitmask.to(logits.device, non_blocking=True), indices=list(args.matchers)
+                logits,
+                make_device_tensor(bitmask, torch.int32, logits.device),
+                indices=list(args.matchers),
             )
             self.masked_steps += 1
         self.mask_seconds += time.perf_counter() - start
