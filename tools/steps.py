@@ -21,7 +21,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 try:
@@ -164,9 +166,32 @@ def cmd_test(course: Course, args: argparse.Namespace) -> int:
     label = f"chapter {k} tests" + (f" and chapters {also}" if also else "")
     console.print(f"Running {label} on your tree ({tree_name}) ...")
     extra = ["-k", args.select] if args.select else []
-    tests = run_chapter_tests(
-        course, [c.tests for c in chapters], root, 1, args.test_timeout, extra, label
-    )
+    # The main runs beside the tests, each with half the cores: a verdict in about the time of
+    # the longer of the two. It is stopped as soon as a test fails (then it would not count).
+    stop_main = threading.Event()
+    beside = ThreadPoolExecutor(1)
+    main_run = None
+    if not args.select:
+        main_env = sandbox_env(root, jobs=2)
+        main_run = beside.submit(
+            run_main,
+            course.root / m.main,
+            root,
+            course.root,
+            args.main_timeout,
+            main_env,
+            stop_main.is_set,
+        )
+    tests = None
+    try:
+        jobs = 2 if main_run else 1
+        tests = run_chapter_tests(
+            course, [c.tests for c in chapters], root, jobs, args.test_timeout, extra, label
+        )
+    finally:
+        if tests is None or not tests.ok:
+            stop_main.set()
+        beside.shutdown(wait=False)
     rerun = f"{PYTHON} tools/steps.py test {k}" + (f" --work {args.work}" if work else "")
     problems: list[str] = []
     if not tests.ok:
@@ -188,10 +213,8 @@ def cmd_test(course: Course, args: argparse.Namespace) -> int:
         return verdict(
             tests.ok, problems[0] if problems else f"the tests matching -k {args.select} pass"
         )
-    if tests.ok:
-        main = run_main(
-            course.root / m.main, root, course.root, args.main_timeout, sandbox_env(root)
-        )
+    if tests.ok and main_run is not None:
+        main = main_run.result()
         if main.ok:
             console.print(f"[green]main {m.main} ran[/] ({main.seconds:.0f} s)")
         else:

@@ -225,13 +225,22 @@ def clean_output(text: str) -> str:
     return "".join(line.rsplit("\r", 1)[-1].rstrip() + "\n" for line in text.splitlines())
 
 
-def run_main(main: Path, tree: Path, cwd: Path, timeout: float, env: dict[str, str]) -> Run:
+def run_main(
+    main: Path,
+    tree: Path,
+    cwd: Path,
+    timeout: float,
+    env: dict[str, str],
+    stopped: Callable[[], bool] | None = None,
+) -> Run:
     """Run an example through tools/run_main.py, which checks that `minisgl` comes from `tree`
     and prints a secret token when the example ends: a tree that exits early with status 0
-    (os._exit(0) at import) does not pass."""
+    (os._exit(0) at import) does not pass. `stopped()` turning True kills it (its Run then
+    means nothing)."""
     token = secrets.token_hex(8)
     env = dict(env, MINISGL_TREE=str(tree), MINISGL_RUN_TOKEN=token)
-    done = run_process([sys.executable, str(TOOLS / "run_main.py"), str(main)], cwd, env, timeout)
+    cmd = [sys.executable, str(TOOLS / "run_main.py"), str(main)]
+    done = run_process(cmd, cwd, env, timeout, overran=stopped)
     if done.returncode is None:
         verdict = f"timed out after {timeout:.0f} s"
     elif done.returncode != 0:
