@@ -11,7 +11,7 @@ import pytest
 
 from course.manifest import Course
 from course.snapshot import assemble_file
-from course.source import FEATURES, module_file
+from course.source import FEATURES, module_file, module_path
 from minisgl import features
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,7 +26,7 @@ TABLES = {
 
 def owner(part: features.Part) -> int:
     """The chapter whose `new` files hold the module a row names."""
-    path = "/".join(part.target.partition(":")[0].split(".")[1:])
+    path = module_path(part.target.partition(":")[0])
     return min(COURSE.file_owner.get(p, 99) for p in (f"{path}.py", f"{path}/__init__.py"))
 
 

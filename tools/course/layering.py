@@ -15,11 +15,7 @@ import ast
 
 from course.manifest import NEVER, Course
 from course.snapshot import assemble_file
-
-
-def module_path(module: str) -> str:
-    """The file path of a module: minisgl.engine.graph -> engine/graph (no .py)."""
-    return "/".join(module.split(".")[1:])
+from course.source import module_path
 
 
 def module_files(course: Course, module: str) -> list[str]:

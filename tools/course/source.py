@@ -167,9 +167,14 @@ def filter_init(text: str, path: str, present: set[str], known: set[str]) -> str
 FEATURES = "features.py"  # the engine's table of parts (solutions/minisgl/features.py)
 
 
+def module_path(module: str) -> str:
+    """The file path of a module: minisgl.engine.graph -> engine/graph (no .py)."""
+    return "/".join(module.split(".")[1:])
+
+
 def module_file(module: str, present: set[str]) -> bool:
     """Whether the dotted module `minisgl.a.b` is a file of `present` (paths under minisgl/)."""
-    path = "/".join(module.split(".")[1:])
+    path = module_path(module)
     return bool({f"{path}.py", f"{path}/__init__.py"} & present)
 
 
