@@ -1,6 +1,6 @@
 """Time paged attention kernels alone, against the floor of reading the KV cache.
 
-    python benchmark/attention_kernels.py --batch-sizes 64,256 --contexts 512,2048 --json r.jsonl
+    python -m benchmark attention-kernels --batch-sizes 64,256 --contexts 512,2048 --json r.jsonl
 
 One layer of Qwen3-0.6B's attention (16 query heads, 8 KV heads of 128, bf16), every request
 `context` tokens long, pages (of `--page-sizes` slots) scattered over the pool as a long run
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -233,8 +232,10 @@ def median_seconds(run: Callable[[], torch.Tensor], repeat: int, inner: int = 20
     return statistics.median(times)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark attention-kernels", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--batch-sizes", default="1,64,256")
     parser.add_argument("--contexts", default="512,2048")
     parser.add_argument("--page-sizes", default="16")
@@ -244,7 +245,7 @@ def main() -> int:
     parser.add_argument("--bandwidth", type=float, default=4.8e12, help="bytes per second")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--prefill", action="store_true", help="also time prefill kernels")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     print(f"{'batch':>6}{'context':>8}  {'kernel':<30}{'us':>9}{'floor us':>9}{'TB/s':>7}")
     for batch_size in map(int, args.batch_sizes.split(",")):
         for context in map(int, args.contexts.split(",")):
@@ -335,7 +336,3 @@ def time_prefill(args: argparse.Namespace) -> None:
                             "floor_s": floor,
                         },
                     )
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,7 @@
 """Where one CPU decode step goes: the scheduler step at a fixed batch, split into its parts.
 
-    python benchmark/cpu_step.py                      # SmolLM2, float32, batch 32, 64-token prompts
-    python benchmark/cpu_step.py --batch 64 --context 256 --json results.jsonl
+    python -m benchmark cpu-step                      # SmolLM2, float32, batch 32, 64-token prompts
+    python -m benchmark cpu-step --batch 64 --context 256 --json results.jsonl
 
 `--batch` requests with `--context`-token prompts are prefilled; after a warm-up, `--steps`
 decode steps are timed (wall time, no profiler), then as many run under cProfile, which splits
@@ -16,7 +16,6 @@ import argparse
 import cProfile
 import os
 import pstats
-import sys
 import time
 from pathlib import Path
 
@@ -25,9 +24,9 @@ from torch.profiler import ProfilerActivity, profile
 
 from minisgl.benchmark import append_result
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from decode_step import fill_decode_batch  # noqa: E402
-from offline import DEFAULT_MODEL  # noqa: E402
+from .decode_step import fill_decode_batch
+from .checkpoints import DEFAULT_MODEL
+from .scheduler_probes import SETTLE_FUNCTION
 
 StepParts = dict[str, tuple[str, str]]  # part -> (file suffix, function name)
 # The parts of a CPU decode step, none inside another; "the rest" is what none of them covers
@@ -40,7 +39,7 @@ CPU_STEP_PARTS: StepParts = {
     "pages (allocate_paged)": ("scheduler/cache.py", "allocate_paged"),
     "step inputs (prepare_inputs)": ("scheduler/table.py", "prepare_inputs"),
     "token pool write": ("scheduler/table.py", "write_next_tokens"),
-    "results, per request": ("scheduler/scheduler.py", "_process_last_data"),
+    "results, per request": SETTLE_FUNCTION,
 }
 WHOLE_STEP = ("scheduler/scheduler.py", "step")
 
@@ -81,8 +80,10 @@ def top_operators(scheduler, steps: int, top: int) -> list[tuple[str, int, float
     return [(e.key, e.count // steps, e.self_cpu_time_total / steps / 1e3) for e in ranked]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark cpu-step", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--model", default=str(DEFAULT_MODEL))
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--context", type=int, default=64, help="prompt tokens per request")
@@ -138,7 +139,3 @@ def main(argv: list[str] | None = None) -> int:
                 {"benchmark": "cpu_step_op", **shape, "op": name, "calls": calls, "ms": ms},
             )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,8 @@
 """The engine's decode step against transformers', taken in turn in one process (CPU).
 
-    python benchmark/cpu_versus.py                    # SmolLM2, float32, batch 32, 64-token prompts
-    python benchmark/cpu_versus.py --rounds 20 --json results.jsonl
-    python benchmark/cpu_versus.py --row-major       # also the engine with row-major weights
+    python -m benchmark cpu-versus                    # SmolLM2, float32, batch 32, 64-token prompts
+    python -m benchmark cpu-versus --rounds 20 --json results.jsonl
+    python -m benchmark cpu-versus --row-major       # also the engine with row-major weights
 
 On a shared two-core machine the speed of the minute moves a whole run by a fifth, so two runs
 made one after the other compare the minutes as much as the systems. Here both decode the same
@@ -29,8 +29,7 @@ import torch
 
 from minisgl.benchmark import WorkloadSpec, append_result, make_workload
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from offline import DEFAULT_MODEL  # noqa: E402
+from .checkpoints import DEFAULT_MODEL
 
 
 class EngineSide:
@@ -111,8 +110,10 @@ def take_turns(
     return times
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark cpu-versus", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--model", default=str(DEFAULT_MODEL))
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--context", type=int, default=64, help="prompt tokens per request")
@@ -176,7 +177,3 @@ def main(argv: list[str] | None = None) -> int:
             figures["vs_row_major"] = gain
         append_result(args.json, {"benchmark": "cpu_versus", **shape, **turns, **figures})
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """Time a decode step at fixed batch sizes: the whole scheduler step, and the forward alone.
 
-    python benchmark/decode_step.py --model random-qwen3-0.6b --batch-sizes 1,64,256
+    python -m benchmark decode-step --model random-qwen3-0.6b --batch-sizes 1,64,256
 
 For each batch size, that many requests with `--context`-token prompts are prefilled; then
 `--steps` decode steps are timed after a warm-up. "step" is the wall time of one scheduler
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 import time
 from pathlib import Path
 
@@ -28,8 +27,8 @@ from minisgl.benchmark import append_result
 from minisgl.benchmark.offline import release_gpu_memory
 from minisgl.engine import GraphRunner
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from offline import RANDOM_MODEL, StepClock, resolve_model  # noqa: E402
+from .checkpoints import RANDOM_MODEL, resolve_model
+from .scheduler_probes import StepClock
 
 
 def fill_decode_batch(scheduler, batch_size: int, context: int, max_tokens: int) -> None:  # noqa: ANN001
@@ -95,8 +94,10 @@ def time_forward(llm, batch_size: int, repeats: int = 50) -> float:  # noqa: ANN
     return begin.elapsed_time(end) / repeats / 1e3
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark decode-step", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--model", default=RANDOM_MODEL)
     parser.add_argument("--batch-sizes", default="1,64,256")
     parser.add_argument("--context", type=int, default=512)
@@ -104,7 +105,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--parts", action="store_true", help="where a step's time goes")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     from minisgl.llm import LLM
 
     model = resolve_model(args.model, torch.bfloat16)
@@ -166,7 +167,3 @@ def main() -> int:
                         )
         release_gpu_memory()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

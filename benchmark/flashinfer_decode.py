@@ -1,7 +1,7 @@
 """The official workload with each of FlashInfer's decode kernels, one run.
 
-    python benchmark/flashinfer_decode.py --choices tensor-cores,cuda-cores,fa3 --json r.jsonl
-    python benchmark/flashinfer_decode.py --choices tensor-cores,hybrid-128,hybrid-192
+    python -m benchmark flashinfer-decode --choices tensor-cores,cuda-cores,fa3 --json r.jsonl
+    python -m benchmark flashinfer-decode --choices tensor-cores,hybrid-128,hybrid-192
 
 FlashInfer decodes one query per request either on CUDA cores (its decode kernel) or on tensor
 cores (its prefill kernel with one query per request: FA2's, or FA3's on Hopper). The engine
@@ -13,7 +13,6 @@ choice's, and appends an `offline` line per choice whose variant is `decode <cho
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,8 +23,8 @@ import torch
 
 from minisgl.benchmark import WORKLOADS, append_result, make_workload
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from offline import RANDOM_MODEL, resolve_model, run_variant  # noqa: E402
+from .checkpoints import RANDOM_MODEL, resolve_model
+from .throughput import run_variant
 
 CHOICES: dict[str, dict[str, Any]] = {
     "tensor-cores": {"use_tensor_cores": True},
@@ -63,14 +62,16 @@ def decode_kernel(choice: str) -> Iterator[None]:
         yield
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark flashinfer-decode", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--model", default=RANDOM_MODEL)
     parser.add_argument(
         "--choices", default=",".join(CHOICES), help=", ".join(CHOICES) + f", {HYBRID}N"
     )
     parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     model = resolve_model(args.model, torch.bfloat16)
     work = make_workload(WORKLOADS["official"], 0)
     print(f"{'decode kernel':<15}{'out tokens':>11}{'seconds':>9}{'tok/s':>10}")
@@ -97,7 +98,3 @@ def main() -> int:
                 },
             )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

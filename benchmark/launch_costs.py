@@ -1,6 +1,6 @@
 """What launching a kernel costs the host, for each kind of launch a prefill step makes.
 
-    python benchmark/launch_costs.py --json results.jsonl
+    python -m benchmark launch-costs --json results.jsonl
 
 A step that launches more work than the device can run in the same time is bound by the host:
 the GPU waits for the next launch. This times, on the host alone (perf_counter, no sync inside
@@ -13,7 +13,6 @@ layer's forward; then one prefill forward of `--tokens` tokens, host time agains
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,8 +22,8 @@ import torch.nn.functional as F
 
 from minisgl.benchmark import append_result
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from offline import RANDOM_MODEL, resolve_model  # noqa: E402
+from .checkpoints import RANDOM_MODEL, resolve_model
+from .scheduler_probes import launch, schedule, settle
 
 
 def host_us(launch: Callable[[], object], calls: int) -> float:
@@ -43,19 +42,20 @@ def host_us(launch: Callable[[], object], calls: int) -> float:
 def finish(scheduler, forward_input, output=None) -> None:  # noqa: ANN001
     """Run a batch scheduled by hand (unless `output` says it ran), process its results, and
     run the scheduler until it is idle, as if its own loop had scheduled the batch."""
-    output = output or scheduler._forward(forward_input)
-    scheduler._process_last_data((forward_input, output))
+    settle(scheduler, forward_input, output or launch(scheduler, forward_input))
     while scheduler.has_work:
         scheduler.step()
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark launch-costs", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--model", default=RANDOM_MODEL)
     parser.add_argument("--calls", type=int, default=500)
     parser.add_argument("--tokens", type=int, default=8192)
     parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     from minisgl.core import SamplingParams
     from minisgl.kernels.fused_layers import rmsnorm
     from minisgl.scheduler import Scheduler, SchedulerConfig
@@ -83,7 +83,7 @@ def main() -> int:
     engine = scheduler.engine
     params = SamplingParams(max_tokens=2, ignore_eos=True)
     scheduler.add_request(list(range(16)), params)  # a 16-token prefill, for the layer timings
-    forward_input = scheduler._schedule_next_batch()
+    forward_input = schedule(scheduler)
     batch = forward_input.batch
     layer = engine.model.model.layers[0]
     hidden = torch.randn(16, 1024, dtype=torch.bfloat16, device=device)
@@ -100,7 +100,7 @@ def main() -> int:
     # host time of the launch against the device's time
     for first_id in (20_000, 40_000):  # other prompts than before: no prefix-cache hit
         scheduler.add_request(list(range(first_id, first_id + args.tokens)), params)
-        forward_input = scheduler._schedule_next_batch()
+        forward_input = schedule(scheduler)
         torch.cuda.synchronize()
         start_event = torch.cuda.Event(enable_timing=True)
         end_event = torch.cuda.Event(enable_timing=True)
@@ -108,7 +108,7 @@ def main() -> int:
         torch.cuda._sleep(1_000_000_000)
         start_event.record()
         start = time.perf_counter()
-        output = scheduler._forward(forward_input)
+        output = launch(scheduler, forward_input)
         launch_s = time.perf_counter() - start
         end_event.record()
         end_event.synchronize()
@@ -122,7 +122,3 @@ def main() -> int:
             append_result(args.json, {"benchmark": "launch_cost", "launch": name, "host_us": us})
     scheduler.engine.close()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,8 @@
 """Chapter 23's two measurements, one run: admission on a KV-tight pool, and decode latency
 while a long prompt is prefilled.
 
-    python benchmark/mixed.py                                    # SmolLM2 on the CPU
-    python benchmark/mixed.py --model random-qwen3-0.6b --dtype bfloat16 --workload official \
+    python -m benchmark mixed                                    # SmolLM2 on the CPU
+    python -m benchmark mixed --model random-qwen3-0.6b --dtype bfloat16 --workload official \
         --running 64 --output-len 256 --long-prompt 16384 --budget 2048   # a GPU
 
 1. **tight**: the workload runs through `LLM.generate` on a KV pool of `--pool-fraction` of its
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -40,8 +39,8 @@ from minisgl.llm import LLM
 from minisgl.scheduler import Scheduler, SchedulerConfig
 from minisgl.utils import div_ceil
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from offline import DEFAULT_MODEL, RANDOM_MODEL, resolve_model  # noqa: E402
+from . import scheduler_probes
+from .checkpoints import DEFAULT_MODEL, RANDOM_MODEL, resolve_model
 
 # The CPU's KV-tight workload: 32 requests, prompts and outputs of 16 to 128 tokens.
 TIGHT_CPU = WorkloadSpec(32, (16, 128), (16, 128))
@@ -70,7 +69,7 @@ def admission_run(
             show_progress=False,
         ) as llm:
             scheduler = llm.scheduler
-            preemptor = getattr(scheduler.pick_batch, "preemptor", None)
+            preemptor = scheduler_probes.preemptor(scheduler)
             outputs, seconds = timed(
                 lambda: llm.generate(work.prompts, params),
                 warmup=lambda: llm.generate(work.prompts[:2], params[:2]),
@@ -159,8 +158,10 @@ def latency_run(model: Path, dtype: torch.dtype, args: argparse.Namespace, mixed
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark mixed", description=__doc__.splitlines()[0]
+    )
     parser.add_argument(
         "--model", default=str(DEFAULT_MODEL), help=f"a checkpoint directory, or {RANDOM_MODEL}"
     )
@@ -217,7 +218,3 @@ def main(argv: list[str] | None = None) -> int:
             if args.json:
                 append_result(args.json, {"benchmark": "mixed_itl", **common, **result})
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,10 +1,10 @@
 """Offline throughput of a Qwen3-30B-A3B-shaped MoE model (random bf16 weights) on one GPU:
 minisgl (fused Triton experts) against transformers' `generate`, in one run.
 
-    python benchmark/moe.py                        # the official workload, 256 requests
-    python benchmark/moe.py --hf-requests 32       # transformers on the first 32 requests
-    python benchmark/moe.py --num-layers 24        # half the layers, if memory or disk is short
-    python benchmark/moe.py --layer-only           # one layer's experts: fused kernel vs torch
+    python -m benchmark moe                        # the official workload, 256 requests
+    python -m benchmark moe --hf-requests 32       # transformers on the first 32 requests
+    python -m benchmark moe --num-layers 24        # half the layers, if memory or disk is short
+    python -m benchmark moe --layer-only           # one layer's experts: fused kernel vs torch
 
 The model is built from a transformers `Qwen3MoeConfig` with Qwen3-30B-A3B's shape (48 layers,
 hidden 2048, 128 experts of intermediate 768, top 8, renormalized) directly on the GPU with a
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 import tempfile
 from dataclasses import replace
 from functools import partial
@@ -37,7 +36,8 @@ from minisgl.benchmark.offline import (
     timed,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+from .checkpoints import TOKENIZER
+
 # Qwen3-30B-A3B's config.json, less what does not change the computation.
 QWEN3_30B_A3B = dict(
     vocab_size=151936,
@@ -93,7 +93,7 @@ def build_random_moe(workdir: Path, num_layers: int) -> Path:
             "pass --workdir on a larger file system, or fewer --num-layers"
         )
     print(f"building {path.name} on the GPU ({needed / 1e9:.0f} GB in bf16), seed 0", flush=True)
-    return save_random_checkpoint(config, path, ROOT / "models" / "tiny-qwen3")
+    return save_random_checkpoint(config, path, TOKENIZER)
 
 
 def run_transformers_on_gpu(model: Path, work: Workload, batch_size: int) -> OfflineResult:
@@ -195,8 +195,10 @@ def report(result: OfflineResult, args: argparse.Namespace) -> OfflineResult:
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark moe", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--workload", choices=list(WORKLOADS), default="official")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--num-layers", type=int, default=QWEN3_30B_A3B["num_hidden_layers"])
@@ -239,7 +241,3 @@ def main(argv: list[str] | None = None) -> int:
             f"(transformers ran the first {len(hf.tokens)} of the {len(engine.tokens)} requests)"
         )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,9 +1,9 @@
 """Online serving benchmark: concurrent streaming clients against a running server.
 
     python -m minisgl --model models/SmolLM2-135M-Instruct --port 30000 &
-    python benchmark/online.py --url http://127.0.0.1:30000 --concurrency 64 --duration 30
-    python benchmark/online.py --launch models/SmolLM2-135M-Instruct --num-requests 64 --rate 4
-    python benchmark/online.py --launch models/SmolLM2-135M-Instruct --duration 30 \
+    python -m benchmark online --url http://127.0.0.1:30000 --concurrency 64 --duration 30
+    python -m benchmark online --launch models/SmolLM2-135M-Instruct --num-requests 64 --rate 4
+    python -m benchmark online --launch models/SmolLM2-135M-Instruct --duration 30 \
         --peer-transformers          # then the same load against `transformers serve`
 
 Requests arrive as a Poisson process at `--rate` requests per second (`inf`: all at once), at
@@ -40,7 +40,8 @@ import httpx
 
 from minisgl.benchmark import append_result, run_load, summarize
 
-ROOT = Path(__file__).resolve().parent.parent
+from .checkpoints import ROOT
+
 STARTUP_TIMEOUT_S = 300.0
 IDLE_TIMEOUT_S = 60.0
 
@@ -203,8 +204,10 @@ def run_one(
     return summary
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark online", description=__doc__.split("\n\n")[0]
+    )
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--url", help="a running server, e.g. http://127.0.0.1:30000")
     where.add_argument("--launch", metavar="MODEL_DIR", help="start a minisgl server for the run")
@@ -268,7 +271,3 @@ def main(argv: list[str] | None = None) -> int:
             append_result(args.json, {"benchmark": "online", "server": server_name, **summary})
     first = next(iter(figures.values()))
     return 1 if first["errors"] or first.get("pages_in_use_after", 0) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

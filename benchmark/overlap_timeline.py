@@ -1,6 +1,6 @@
 """Draw what the CPU and the GPU do during a few decode steps, overlap scheduling on and off.
 
-    python benchmark/overlap_timeline.py --model random-qwen3-0.6b \
+    python -m benchmark overlap-timeline --model random-qwen3-0.6b \
         --out docs/figures/overlap_h200.svg
 
 Each scheduler step is profiled with torch.profiler (a `step N` range on the CPU); every GPU
@@ -14,15 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 from pathlib import Path
 
 import torch
 
 from minisgl.benchmark.offline import release_gpu_memory
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from offline import RANDOM_MODEL, ROOT, resolve_model  # noqa: E402
+from .checkpoints import RANDOM_MODEL, ROOT, resolve_model
 
 
 def profile_steps(model: Path, overlap: bool, batch_size: int, steps: int, trace: Path) -> None:
@@ -141,13 +139,15 @@ def draw(panels: list[tuple[str, list[Span], list[Span]]], out: Path) -> None:
     fig.savefig(out)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark overlap-timeline", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--model", default=RANDOM_MODEL)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--out", type=Path, required=True, help="the figure (.svg)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     model = resolve_model(args.model, torch.bfloat16)
     (ROOT / "build").mkdir(exist_ok=True)
     panels = []
@@ -173,7 +173,3 @@ def main() -> int:
     draw(panels, args.out)
     print(f"wrote {args.out}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

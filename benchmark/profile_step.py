@@ -1,8 +1,8 @@
 """Profile single engine steps on a GPU with torch.profiler: where a prefill and a decode go.
 
-    python benchmark/profile_step.py --model random-qwen3-0.6b --json results.jsonl
-    python benchmark/profile_step.py --decode-batches 1,64,256 --page-size 256  # decode only
-    python benchmark/profile_step.py --page-size 256 --max-extend-tokens 16384  # as upstream
+    python -m benchmark profile-step --model random-qwen3-0.6b --json results.jsonl
+    python -m benchmark profile-step --decode-batches 1,64,256 --page-size 256  # decode only
+    python -m benchmark profile-step --page-size 256 --max-extend-tokens 16384  # as upstream
 
 Queues the official workload's first requests (up to one prefill budget of prompt tokens),
 runs their prefill and a few decode steps, and profiles one prefill step and one decode step
@@ -29,8 +29,7 @@ from torch.profiler import ProfilerActivity, profile
 from minisgl.benchmark import WORKLOADS, append_result, make_workload
 from minisgl.scheduler.config import SchedulerConfig
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from offline import RANDOM_MODEL, resolve_model  # noqa: E402
+from .checkpoints import RANDOM_MODEL, resolve_model
 
 
 def profiled_step(scheduler, label: str, json_path: Path | None, top: int) -> None:  # noqa: ANN001
@@ -84,8 +83,10 @@ def host_profile(scheduler, top: int, steps: int = 1) -> None:  # noqa: ANN001
     stats.sort_stats("cumulative").print_stats(top)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark profile-step", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--model", default=RANDOM_MODEL)
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--json", type=Path)
@@ -104,7 +105,7 @@ def main() -> int:
     parser.add_argument(
         "--decode-batches", help="comma-separated batch sizes: profile a decode step at each"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     from minisgl.core import SamplingParams
     from minisgl.llm import LLM
 
@@ -148,7 +149,3 @@ def main() -> int:
             scheduler, f"decode@{len(scheduler.decode_manager.running_reqs)}", args.json, args.top
         )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

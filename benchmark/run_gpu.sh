@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The one script a GPU machine runs: GPU tests, decode step times, the official offline
-# workload with its ablations, and the overlap timeline. Logs and results go to $OUT.
+# The one script a GPU machine runs: each stage is a `python -m benchmark` subcommand (or the
+# GPU tests, or the judge's verdict) with the flags of the committed runs. Logs and results go
+# to $OUT.
 #
 #   benchmark/run_gpu.sh tests,offline,steps,timeline        # any stages, run in the order given
 #   benchmark/run_gpu.sh hf                                  # engine and transformers, one run
@@ -51,63 +52,63 @@ for stage in ${STAGES//,/ }; do
       python3 -m pytest tests/test_gpu_*.py -v -s \
           -p no:cacheprovider --timeout 150 ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$OUT/gpu_tests.log" ;;
     steps)
-      python3 benchmark/decode_step.py --batch-sizes 1,64,256 --parts --json "$OUT/results.jsonl" \
+      python3 -m benchmark decode-step --batch-sizes 1,64,256 --parts --json "$OUT/results.jsonl" \
           2>&1 | tee "$OUT/decode_step.log" ;;
     offline)
-      python3 benchmark/offline.py --workload official --model random-qwen3-0.6b \
+      python3 -m benchmark offline --workload official --model random-qwen3-0.6b \
           --dtype bfloat16 --variants "${OFFLINE_VARIANTS:-minisgl,no-graphs,no-overlap,torch-kernels}" \
           --step-times --json "$OUT/results.jsonl" \
           2>&1 | tee "$OUT/offline.log" ;;
     hf)
-      python3 benchmark/offline.py --workload official --model random-qwen3-0.6b \
+      python3 -m benchmark offline --workload official --model random-qwen3-0.6b \
           --dtype bfloat16 --variants "${HF_VARIANTS:-minisgl,transformers,torch-backend}" --hf-batch-size 256 \
           --step-times --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/offline_hf.log" ;;
     single)  # one request, a 512-token prompt and 512 new tokens: its time per output token
-      python3 benchmark/offline.py --workload single --model random-qwen3-0.6b --dtype bfloat16 \
+      python3 -m benchmark offline --workload single --model random-qwen3-0.6b --dtype bfloat16 \
           --variants minisgl,transformers --step-times --json "$OUT/results.jsonl" \
           2>&1 | tee "$OUT/offline_single.log" ;;
     attention)  # FlashInfer's decode kernel alone: KV layouts, tensor cores, the KV-read floor
-      python3 benchmark/attention_kernels.py ${ATTENTION_ARGS:-} --json "$OUT/results.jsonl" \
+      python3 -m benchmark attention-kernels ${ATTENTION_ARGS:-} --json "$OUT/results.jsonl" \
           2>&1 | tee "$OUT/attention.log" ;;
     paged_attention)  # chapter 22: its GPU tests, then the Triton decode (three tilings) and
       # prefill beside FlashInfer's at Qwen3-0.6B's shapes, pages of 16 and 256, with the floor
       python3 -m pytest tests/test_gpu_paged_attention.py -v -p no:cacheprovider --timeout 300 \
           2>&1 | tee "$OUT/gpu_tests_paged_attention.log"
-      python3 benchmark/attention_kernels.py --kernels flashinfer,triton,triton-n32-x4,triton-n128-w8 \
+      python3 -m benchmark attention-kernels --kernels flashinfer,triton,triton-n32-x4,triton-n128-w8 \
           --page-sizes 256,16 --layouts NHD --prefill ${PAGED_ATTENTION_ARGS:-} \
           --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/paged_attention.log" ;;
     decode_kernels)  # the official workload with each of FlashInfer's decode kernels, one run
-      python3 benchmark/flashinfer_decode.py --choices "${DECODE_CHOICES:-tensor-cores,cuda-cores}" \
+      python3 -m benchmark flashinfer-decode --choices "${DECODE_CHOICES:-tensor-cores,cuda-cores}" \
           --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/decode_kernels.log" ;;
     pyspy)  # where the host's time goes over the official workload: py-spy's samples (200 a
       # second, every Python stack with its line) as collapsed stacks, one line per stack
       /tmp/site/bin/py-spy record -r 200 -f raw -o "$OUT/pyspy_official.txt" -- \
-          python3 benchmark/offline.py --workload official --model random-qwen3-0.6b \
+          python3 -m benchmark offline --workload official --model random-qwen3-0.6b \
           --dtype bfloat16 --variants minisgl 2>&1 | tee "$OUT/pyspy.log" ;;
     launch)  # the host's cost of each kind of launch, and of one prefill forward
-      python3 benchmark/launch_costs.py --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/launch.log" ;;
+      python3 -m benchmark launch-costs --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/launch.log" ;;
     profile)  # one prefill and one decode step under torch.profiler: kernels and their time
-      python3 benchmark/profile_step.py ${PROFILE_ARGS:-} --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/profile.log" ;;
+      python3 -m benchmark profile-step ${PROFILE_ARGS:-} --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/profile.log" ;;
     kernels)  # chapter 19: the same decode steps with the Triton kernels and with torch's code
       for k in triton torch; do
-        MINISGL_KERNELS=$k python3 benchmark/decode_step.py --batch-sizes 1,64,256 \
+        MINISGL_KERNELS=$k python3 -m benchmark decode-step --batch-sizes 1,64,256 \
             --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/decode_step_$k.log"
       done ;;
     online)  # needs the random model that the offline stage builds
-      python3 benchmark/online.py --launch build/random-qwen3-0.6b --concurrency 64 \
+      python3 -m benchmark online --launch build/random-qwen3-0.6b --concurrency 64 \
           --num-requests 256 --output-len 256 --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/online.log" ;;
     spec)  # chapter 24: its GPU tests, then acceptance and tok/s with drafts off and k = 2, 4
       python3 -m pytest tests/test_gpu_speculative.py -v -s -p no:cacheprovider --timeout 300 \
           2>&1 | tee "$OUT/gpu_tests_speculative.log"
-      python3 benchmark/speculative.py --model random-qwen3-0.6b --dtype bfloat16 \
+      python3 -m benchmark speculative --model random-qwen3-0.6b --dtype bfloat16 \
           --output-len 256 ${SPEC_ARGS:-} --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/speculative.log" ;;
     structured)  # chapter 25: JSON validity and the mask's cost per step, overlap on and off
-      python3 benchmark/structured.py --model models/tiny-qwen3 --dtype bfloat16 \
+      python3 -m benchmark structured --model models/tiny-qwen3 --dtype bfloat16 \
           --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/structured.log" ;;
     moe)  # chapter 20: Qwen3-30B-A3B shape, engine and transformers in one run
-      python3 benchmark/moe.py --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/moe.log" ;;
+      python3 -m benchmark moe --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/moe.log" ;;
     tp)  # chapter 16, two GPUs: Qwen3-8B shape at TP=1 and TP=2, all-reduce time per step
-      python3 benchmark/tp.py --tp 1,2 --checkpoint build/qwen3-8b-random ${TP_ARGS:-} \
+      python3 -m benchmark tp --tp 1,2 --checkpoint build/qwen3-8b-random ${TP_ARGS:-} \
           --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/tp.log" ;;
     verdict)  # steps.py test 18 on a chapter 18 tree: reference bodies pass, then the
       # rebinding mistake of replay (the graph keeps reading the input ids it captured) must
@@ -121,8 +122,8 @@ for stage in ${STAGES//,/ }; do
       # The main runs on the GPU with a FlashInfer head size: SmolLM2 if it is here, else the
       # random Qwen3-0.6B of the benchmarks (built once under build/, offline).
       if [[ -z ${MINISGL_MODEL:-} && ! -f models/SmolLM2-135M-Instruct/config.json ]]; then
-        MINISGL_MODEL=$(python3 -c 'import sys, torch; sys.path.insert(0, "benchmark")
-from offline import RANDOM_MODEL, resolve_model
+        MINISGL_MODEL=$(python3 -c 'import torch
+from benchmark.checkpoints import RANDOM_MODEL, resolve_model
 print(resolve_model(RANDOM_MODEL, torch.bfloat16))' | tail -1) || exit 1
         export MINISGL_MODEL
       fi
@@ -156,11 +157,11 @@ print(resolve_model(RANDOM_MODEL, torch.bfloat16))' | tail -1) || exit 1
     mixed)  # chapter 23: optimistic vs conservative admission on a KV-tight pool (a quarter
       # of the official workload's worst cases), and the decode latency of 64 running
       # requests while a 16k-token prompt is prefilled, with mixed batches off and on
-      python3 benchmark/mixed.py --model random-qwen3-0.6b --dtype bfloat16 --workload official \
+      python3 -m benchmark mixed --model random-qwen3-0.6b --dtype bfloat16 --workload official \
           --pool-fraction 0.25 --running 64 --output-len 256 --long-prompt 16384 --budget 2048 \
           --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/mixed.log" ;;
     timeline)
-      python3 benchmark/overlap_timeline.py --out "$OUT/overlap_h200.svg" \
+      python3 -m benchmark overlap-timeline --out "$OUT/overlap_h200.svg" \
           2>&1 | tee "$OUT/timeline.log" ;;
     *) echo "unknown stage $stage"; exit 1 ;;
   esac

@@ -1,8 +1,8 @@
 """Speculative decoding by prompt lookup (chapter 24): acceptance and output tokens per second
 with drafts off and on, on a copy workload and a random one, at a batch of 1 and of 16.
 
-    python benchmark/speculative.py                                      # SmolLM2 on the CPU
-    python benchmark/speculative.py --model random-qwen3-0.6b --dtype bfloat16 --json FILE  # GPU
+    python -m benchmark speculative                                      # SmolLM2 on the CPU
+    python -m benchmark speculative --model random-qwen3-0.6b --dtype bfloat16 --json FILE  # GPU
 
 - **copy**: chat prompts that ask the model to repeat or correct a given passage, greedy, up to
   `--output-len` tokens or EOS. The answer quotes the prompt, so its n-grams are found there.
@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -36,9 +35,9 @@ from minisgl.benchmark.offline import release_gpu_memory, timed
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from offline import DEFAULT_MODEL, RANDOM_MODEL, resolve_model  # noqa: E402
-from structured import chat_prompt  # noqa: E402
+from .checkpoints import DEFAULT_MODEL, RANDOM_MODEL, resolve_model
+from .scheduler_probes import speculative_stats
+from .structured import chat_prompt
 
 PASSAGES = [
     "The river rises in the hills above the town and runs east for forty miles before it meets "
@@ -79,7 +78,7 @@ def run_one(
     """Generate (timed, after a warm-up on the first prompt); tokens, seconds and counters of
     the timed run: its decode steps, drafted and accepted tokens."""
     scheduler = llm.scheduler
-    spec = getattr(scheduler.pick_batch, "stats", None)  # the SpeculativeDecoder's, if on
+    spec = speculative_stats(scheduler)
     llm.generate(prompts[:1], params)  # first-call costs (kernels, graphs), untimed
     steps, drafted, accepted = len(scheduler.stats.steps), 0, 0
     if spec is not None:
@@ -114,8 +113,10 @@ def run_one(
     return [o["token_ids"] for o in outputs], seconds, counters
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark speculative", description=__doc__.splitlines()[0]
+    )
     parser.add_argument(
         "--model", default=str(DEFAULT_MODEL), help=f"a checkpoint directory, or {RANDOM_MODEL}"
     )
@@ -197,7 +198,3 @@ def main(argv: list[str] | None = None) -> int:
                         append_result(args.json, record)
         release_gpu_memory()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,8 @@
 """Structured output (chapter 25): how often the answers are valid JSON, with and without the
 grammar's mask, and what the mask costs per step with overlap scheduling on and off.
 
-    python benchmark/structured.py                         # SmolLM2, 50 prompts, on this machine
-    python benchmark/structured.py --model models/tiny-qwen3 --dtype bfloat16 --json FILE  # GPU
+    python -m benchmark structured                         # SmolLM2, 50 prompts, on this machine
+    python -m benchmark structured --model models/tiny-qwen3 --dtype bfloat16 --json FILE  # GPU
 
 The same chat prompts ("Describe <subject> as JSON") run free and under a JSON Schema; each answer
 is parsed and validated with jsonschema. The mask's time is what `GrammarSampler.sample` spends
@@ -27,7 +27,8 @@ from minisgl.core import SamplingParams
 from minisgl.llm import LLM
 from minisgl.structured import StructuredParams
 
-ROOT = Path(__file__).resolve().parent.parent
+from .checkpoints import DEFAULT_MODEL
+
 SCHEMA = {
     "type": "object",
     "properties": {
@@ -59,14 +60,16 @@ def chat_prompt(tokenizer: Any, question: str) -> str:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=str(ROOT / "models" / "SmolLM2-135M-Instruct"))
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark structured", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--model", default=str(DEFAULT_MODEL))
     parser.add_argument("--dtype", default=None, choices=[None, "bfloat16", "float32"])
     parser.add_argument("--prompts", type=int, default=50)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--json", type=Path, default=None, help="append result lines here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     dtype = getattr(torch, args.dtype) if args.dtype else None
     runs = [("none", True), ("json_schema", True), ("json_schema", False)]
     for constraint, overlap in runs:
@@ -105,7 +108,4 @@ def main() -> None:
         print(json.dumps(record))
         if args.json is not None:
             append_result(args.json, record)
-
-
-if __name__ == "__main__":
-    main()
+    return 0

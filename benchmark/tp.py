@@ -1,8 +1,8 @@
 """Tensor parallelism on one host: the offline workload at TP=1 and TP=2, and what the
 all-reduces of a decode step cost.
 
-    NCCL_NVLS_ENABLE=0 python benchmark/tp.py                     # Qwen3-8B shape, 256 requests
-    NCCL_NVLS_ENABLE=0 python benchmark/tp.py --requests 64 --no-graphs
+    NCCL_NVLS_ENABLE=0 python -m benchmark tp                     # Qwen3-8B shape, 256 requests
+    NCCL_NVLS_ENABLE=0 python -m benchmark tp --requests 64 --no-graphs
 
 The model has Qwen3-8B's shape (36 layers, hidden 4096, 32 query and 8 KV heads) with random
 bf16 weights, built from a transformers Qwen3Config on the GPU and saved as safetensors in a
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,11 +33,10 @@ from minisgl.benchmark.offline import (
 )
 from minisgl.llm import LLM
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from decode_step import fill_decode_batch, mean_step_seconds  # noqa: E402
+from .decode_step import fill_decode_batch, mean_step_seconds
+from .checkpoints import TOKENIZER
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast off; the ranks inherit it
-ROOT = Path(__file__).resolve().parent.parent
 PROFILED_BATCH = 64  # decode batch of the all-reduce measurement
 PROFILED_PROMPT = 128  # its prompts' length
 
@@ -60,7 +58,7 @@ def build_qwen3_8b_shape(path: Path) -> Path:
         rms_norm_eps=1e-6,
         tie_word_embeddings=False,
     )
-    return save_random_checkpoint(config, path, ROOT / "models" / "tiny-qwen3")
+    return save_random_checkpoint(config, path, TOKENIZER)
 
 
 def collective_ms(prof: torch.profiler.profile, kind: str) -> float:
@@ -118,8 +116,10 @@ def run(
     return {"tp": tp, "seconds": seconds, "tokens_per_s": work.output_tokens / seconds, **costs}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark tp", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--tp", default="1,2", help="comma-separated tensor-parallel sizes")
     parser.add_argument("--requests", type=int, default=256, help="the workload's first N")
     parser.add_argument("--seed", type=int, default=0)
@@ -169,7 +169,3 @@ def main(argv: list[str] | None = None) -> int:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

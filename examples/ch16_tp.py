@@ -16,7 +16,7 @@
 # heads only, and the two ranks generate exactly the tokens one process does. Last, we count
 # the collectives rank 0 runs per forward: two all-reduces per layer, one for the embedding,
 # and one all-gather for the logits. Then the same engine on two H200s over NCCL: the committed
-# results of `benchmark/tp.py`, a Qwen3-8B-shaped model at TP=1 and TP=2.
+# results of `python -m benchmark tp`, a Qwen3-8B-shaped model at TP=1 and TP=2.
 
 # %%
 from __future__ import annotations
@@ -104,7 +104,7 @@ def main() -> None:
 
 
 def h200_results() -> None:
-    """The committed two-H200 runs of benchmark/tp.py, and the page's figure of them."""
+    """The committed two-H200 runs of python -m benchmark tp, and the page's figure of them."""
     runs = read_results_dir(ROOT / "benchmark" / "results", benchmark="tp")
     one = next(r for r in runs if r["tp"] == 1)
     print(f"\non two H200s (benchmark/results/): $ {one['command']}\n  {one['machine']}")

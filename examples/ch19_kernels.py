@@ -257,11 +257,11 @@ else:
 # %% [markdown]
 # ## On an H200: where a decode step goes
 #
-# The committed results of `benchmark/decode_step.py --parts` (run by `benchmark/run_gpu.sh
+# The committed results of `python -m benchmark decode-step --parts` (run by `benchmark/run_gpu.sh
 # steps`): a Qwen3-0.6B-shaped model in bf16, with this chapter's kernels and CUDA graphs, at
 # batch 1, 64 and 256 with 512-token contexts. "step" is the wall time of one scheduler step,
 # "replay" the device time of the forward's graph; under it, the milliseconds of each part of
-# the step by the step clock of `benchmark/offline.py`: scheduling the next batch (its pages,
+# the step by the step clock of `python -m benchmark offline`: scheduling the next batch (its pages,
 # inputs and attention plan), launching it, waiting for the previous batch's tokens, and
 # processing them. A step that waits is bound by the device; one that hardly waits, by the host.
 

@@ -16,7 +16,7 @@
 # order that groups the pairs by expert, and the padded block layout the fused Triton kernel
 # runs on, whose output we compare with the torch path (in Triton's interpreter, on the CPU).
 # Last, the same kernel compiled for an H200 at Qwen3-30B-A3B's shapes: the committed results
-# of `benchmark/moe.py`, per layer and for the official offline workload.
+# of `python -m benchmark moe`, per layer and for the official offline workload.
 
 # %%
 from __future__ import annotations
@@ -122,7 +122,7 @@ def main() -> None:
 
 
 def h200_results() -> None:
-    """The committed H200 runs of benchmark/moe.py, and the page's figure of the layer times."""
+    """The committed H200 runs of `python -m benchmark moe`, and the page's layer-time figure."""
     results = ROOT / "benchmark" / "results"
     layers = read_results_dir(results, benchmark="moe-layer")
     print(f"\none MoE layer's experts on an H200 (benchmark/results/): $ {layers[0]['command']}")

@@ -98,7 +98,7 @@ def kv_tight(tokenizer: Any, admission: str) -> tuple[list[dict], dict[int, list
     """Eight requests on 64 pages; returns each step's running, waiting, free pages and
     preemptions so far, every request's tokens, and how many preemptions there were."""
     scheduler = Scheduler(config(num_pages=64, max_running_req=8, admission=admission))
-    preemptor = getattr(scheduler.pick_batch, "preemptor", None)  # optimistic admission's
+    preemptor = getattr(scheduler.policy, "preemptor", None)  # optimistic admission's
     params = SamplingParams(max_tokens=16, ignore_eos=True)
     tokens = {scheduler.add_request(tokenizer.encode(p), params): [] for p in TIGHT_PROMPTS}
     steps = []

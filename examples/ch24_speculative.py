@@ -31,6 +31,7 @@ import torch
 
 from minisgl.core import SamplingParams
 from minisgl.scheduler import Scheduler, SchedulerConfig
+from minisgl.speculative.policy import SpeculativeDecoder
 from minisgl.utils import div_ceil, exit_on_error
 
 ROOT = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd()
@@ -59,7 +60,8 @@ def generate(prompt: list[int], k: int, max_tokens: int) -> tuple[list[int], lis
         )
     )
     uid = scheduler.add_request(prompt, SamplingParams(max_tokens=max_tokens))
-    spec = getattr(scheduler.pick_batch, "stats", None)  # the SpeculativeDecoder's counters
+    policy = scheduler.policy
+    spec = policy.stats if isinstance(policy, SpeculativeDecoder) else None  # its counters
     if spec is not None:
         spec.trace_uid = uid
     tokens: list[int] = []
@@ -110,7 +112,7 @@ def main() -> None:
         print(f"{name}: {question.splitlines()[0]!r}, {len(prompt)} prompt tokens")
         plain, plain_steps, _ = generate(prompt, 0, max_tokens)
         tokens, steps, scheduler = generate(prompt, K, max_tokens)
-        stats = scheduler.pick_batch.stats
+        stats = scheduler.policy.stats
         print(f"  plain decoding: {len(plain)} tokens in {len(plain_steps)} decode steps")
         print(f"  k = {K} drafts:   {len(tokens)} tokens in {len(steps)} decode steps")
         print(f"  same tokens: {plain == tokens}")

@@ -12,7 +12,7 @@
 # The end state of stage 3: `python -m minisgl` serving SmolLM2 over HTTP, with the tokenizer
 # worker and the scheduler in processes of their own. We hold 32 concurrent streaming clients
 # against it for 8 seconds (a new request starts as soon as one finishes, each generating 16
-# tokens), with `benchmark/online.py`, and read the figures: time to first token, inter-token
+# tokens), with `python -m benchmark online`, and read the figures: time to first token, inter-token
 # latency, throughput and errors. Then, with the server idle, /metrics must show no request
 # left, no KV page still in use, and a passing integrity check. Last, SIGTERM stops it all.
 
@@ -25,12 +25,19 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent if "__file__" in globals() else Path.cwd()
-sys.path.insert(0, str(ROOT / "benchmark"))
-from online import free_port, idle_metrics, launch_minisgl, run_load, stop, summarize  # noqa: E402
+sys.path.insert(0, str(ROOT))  # the repository's benchmark package
+from benchmark.online import (  # noqa: E402
+    free_port,
+    idle_metrics,
+    launch_minisgl,
+    run_load,
+    stop,
+    summarize,
+)
 
 MODEL = os.environ.get("MINISGL_MODEL", str(ROOT / "models" / "SmolLM2-135M-Instruct"))
 # Small enough to run in about twenty seconds on two CPU cores. The acceptance run of the course,
-# 64 streams for 30 s, is benchmark/online.py with --concurrency 64 --duration 30.
+# 64 streams for 30 s, is python -m benchmark online with --concurrency 64 --duration 30.
 CONCURRENCY = 32
 DURATION_S = 8.0
 OUTPUT_LEN = 16

@@ -87,7 +87,7 @@ class ScriptedServer:
 
 
 def load(server: ScriptedServer, requests: int = 3) -> list[RequestResult]:
-    """`requests` streams against the scripted server, all at once, as benchmark/online.py
+    """`requests` streams against the scripted server, all at once, as python -m benchmark online
     sends them."""
 
     async def run() -> list[RequestResult]:

@@ -1,6 +1,7 @@
-"""The command lines under benchmark/: thin scripts over minisgl.benchmark. Each runs for real on
-tiny-qwen3 on the CPU (the GPU-only ones as far as a CPU lets them), and what they append to a
-results file carries the command, the machine and the date."""
+"""`python -m benchmark SUBCOMMAND`: the benchmarks over minisgl.benchmark. Each subcommand runs
+for real on tiny-qwen3 on the CPU (the GPU-only ones as far as a CPU lets them), and what they
+append to a results file carries the command, the machine and the date. The package is imported
+from the repository's root, which `python -m pytest` there puts on the path."""
 
 from __future__ import annotations
 
@@ -12,23 +13,27 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, TINY_MODELS, require_model
 
+from benchmark.__main__ import SUBCOMMANDS
 from minisgl.benchmark import WORKLOADS, make_workload, read_results
 
 MODEL = TINY_MODELS["qwen3"]
-sys.path.insert(0, str(ROOT / "benchmark"))
 
 
-def run_script(*args: str) -> subprocess.CompletedProcess[str]:
+def run_benchmark(subcommand: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "benchmark", subcommand, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
 QUICK_REQUESTS = 8  # the offline runs take each workload's first 8 requests (--requests)
 
 
-def assert_provenance(record: dict, script: str) -> None:
-    assert record["command"].startswith(f"python {script}"), record["command"]
+def assert_provenance(record: dict, subcommand: str) -> None:
+    assert record["command"].startswith(f"python -m benchmark {subcommand} "), record["command"]
     assert record["machine"] and "CPU cores" in record["machine"]
     assert record["date"][:4].isdigit() and "T" in record["date"]
 
@@ -40,8 +45,8 @@ def test_offline_runs_both_cpu_workloads_and_records_each_ratio(tmp_path: Path) 
     a timed assertion)."""
     results = tmp_path / "results.jsonl"
     model = str(require_model(MODEL))
-    done = run_script(
-        "benchmark/offline.py",
+    done = run_benchmark(
+        "offline",
         *("--model", model, "--workload", "cpu", "--requests", str(QUICK_REQUESTS)),
         *("--threads", "1", "--tp", "1", "--json", str(results)),
     )
@@ -61,7 +66,7 @@ def test_offline_runs_both_cpu_workloads_and_records_each_ratio(tmp_path: Path) 
             assert record["benchmark"] == "offline"
             assert record["output_tokens"] == work.output_tokens
             assert record["input_tokens"] == work.input_tokens
-            assert_provenance(record, "benchmark/offline.py")
+            assert_provenance(record, "offline")
         assert hf["vs_transformers"] == 1.0
         throughput = {r["variant"]: r["output_tokens"] / r["seconds"] for r in (hf, engine)}
         expected = throughput["minisgl"] / throughput["transformers"]
@@ -74,8 +79,8 @@ def test_offline_repeat_compares_each_variants_median_run(tmp_path: Path) -> Non
     """--repeat 2: every variant runs in both rounds (each run recorded with its round and its
     ratio within the round), then each variant's median run and its ratio to transformers'."""
     results = tmp_path / "results.jsonl"
-    done = run_script(
-        "benchmark/offline.py",
+    done = run_benchmark(
+        "offline",
         *("--model", str(require_model(MODEL)), "--workload", "uniform"),
         *("--requests", str(QUICK_REQUESTS)),
         *("--variants", "minisgl,transformers", "--threads", "1", "--repeat", "2"),
@@ -97,7 +102,7 @@ def test_offline_repeat_compares_each_variants_median_run(tmp_path: Path) -> Non
         assert record["all_seconds"] == [r["seconds"] for r in runs if r["variant"] == variant]
         assert record["seconds"] == pytest.approx(sum(seconds) / 2)  # the median of two
         assert record["runs"] == 2 and record["output_tokens"] == 64 * QUICK_REQUESTS
-        assert_provenance(record, "benchmark/offline.py")
+        assert_provenance(record, "offline")
     ratio = medians["transformers"]["seconds"] / medians["minisgl"]["seconds"]
     assert medians["minisgl"]["vs_transformers"] == pytest.approx(ratio)
     assert medians["transformers"]["vs_transformers"] == 1.0
@@ -107,15 +112,15 @@ def test_offline_repeat_compares_each_variants_median_run(tmp_path: Path) -> Non
 
 @pytest.mark.slow
 def test_cpu_step_splits_a_decode_step_into_parts_that_add_up(tmp_path: Path) -> None:
-    """benchmark/cpu_step.py: every part names a function that runs in a decode step (a part
+    """`cpu-step`: every part names a function that runs in a decode step (a part
     whose function was renamed would read 0 ms), the parts add up to the whole step, and the
     operators' table comes along; all of it appended with its provenance."""
-    from cpu_step import CPU_STEP_PARTS
+    from benchmark.cpu_step import CPU_STEP_PARTS
 
     results = tmp_path / "results.jsonl"
     model = str(require_model(MODEL))
-    done = run_script(
-        "benchmark/cpu_step.py",
+    done = run_benchmark(
+        "cpu-step",
         *("--model", model, "--batch", "4", "--context", "8", "--warmup", "1"),
         *("--steps", "2", "--threads", "1", "--json", str(results)),
     )
@@ -123,7 +128,7 @@ def test_cpu_step_splits_a_decode_step_into_parts_that_add_up(tmp_path: Path) ->
     records = read_results(results)
     for record in records:
         assert record["batch"] == 4 and record["context"] == 8 and record["threads"] == 1
-        assert_provenance(record, "benchmark/cpu_step.py")
+        assert_provenance(record, "cpu-step")
     (step,) = [r for r in records if r["benchmark"] == "cpu_step"]
     assert step["step_ms"] > 0
     parts = {r["part"]: r["ms"] for r in records if r["benchmark"] == "cpu_step_part"}
@@ -141,13 +146,13 @@ def test_cpu_step_splits_a_decode_step_into_parts_that_add_up(tmp_path: Path) ->
 
 @pytest.mark.slow
 def test_cpu_versus_times_both_sides_in_turn_on_the_same_tokens(tmp_path: Path) -> None:
-    """benchmark/cpu_versus.py on tiny-qwen3: both sides decode the same greedy tokens (it
+    """`cpu-versus` on tiny-qwen3: both sides decode the same greedy tokens (it
     exits 1 otherwise), and the record's ratio is transformers' median step over the engine's,
     the one printed, with its provenance."""
     results = tmp_path / "results.jsonl"
     model = str(require_model(MODEL))
-    done = run_script(
-        "benchmark/cpu_versus.py",
+    done = run_benchmark(
+        "cpu-versus",
         *("--model", model, "--batch", "4", "--context", "8", "--rounds", "2", "--steps", "2"),
         *("--warmup", "1", "--threads", "1", "--json", str(results)),
     )
@@ -156,7 +161,7 @@ def test_cpu_versus_times_both_sides_in_turn_on_the_same_tokens(tmp_path: Path) 
     assert record["benchmark"] == "cpu_versus"
     assert (record["batch"], record["context"], record["threads"]) == (4, 8, 1)
     assert (record["rounds"], record["steps"]) == (2, 2)
-    assert_provenance(record, "benchmark/cpu_versus.py")
+    assert_provenance(record, "cpu-versus")
     for side in ("engine", "transformers"):
         assert 0 < record[f"{side}_fastest_ms"] <= record[f"{side}_ms"]
     ratio = record["transformers_ms"] / record["engine_ms"]
@@ -166,7 +171,7 @@ def test_cpu_versus_times_both_sides_in_turn_on_the_same_tokens(tmp_path: Path) 
 
 
 def test_cpu_versus_takes_turns_side_after_side_in_every_round() -> None:
-    from cpu_versus import take_turns
+    from benchmark.cpu_versus import take_turns
 
     calls: list[str] = []
     sides = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
@@ -177,15 +182,15 @@ def test_cpu_versus_takes_turns_side_after_side_in_every_round() -> None:
 
 
 def test_offline_refuses_an_unknown_variant() -> None:
-    done = run_script("benchmark/offline.py", "--variants", "minisgl,warp-drive")
+    done = run_benchmark("offline", "--variants", "minisgl,warp-drive")
     assert done.returncode == 2 and "warp-drive" in done.stderr
 
 
 @pytest.mark.slow
 def test_online_launches_a_server_and_appends_its_figures(tmp_path: Path) -> None:
     results = tmp_path / "online.jsonl"
-    done = run_script(
-        "benchmark/online.py",
+    done = run_benchmark(
+        "online",
         "--launch",
         str(require_model(MODEL)),
         "--num-requests",
@@ -205,7 +210,7 @@ def test_online_launches_a_server_and_appends_its_figures(tmp_path: Path) -> Non
     assert record["errors"] == 0 and record["streams_without_text"] == 0
     assert record["output_tokens"] == 64 and record["pages_in_use_after"] == 0
     assert record["ttft_p50_ms"] <= record["ttft_p99_ms"]
-    assert_provenance(record, "benchmark/online.py")
+    assert_provenance(record, "online")
 
 
 @pytest.mark.slow
@@ -215,8 +220,8 @@ def test_mixed_measures_both_admissions_and_both_schedules_on_tiny_qwen3(tmp_pat
     results = tmp_path / "results.jsonl"
     model = str(require_model(MODEL))
     small = ["--long-prompt", "200", "--budget", "64", "--output-len", "12", "--running", "4"]
-    done = run_script(
-        "benchmark/mixed.py", "--model", model, "--threads", "1", *small, "--json", str(results)
+    done = run_benchmark(
+        "mixed", "--model", model, "--threads", "1", *small, "--json", str(results)
     )
     assert done.returncode == 0, done.stderr[-2000:]
     tight = [r for r in read_results(results) if r["benchmark"] == "mixed_tight"]
@@ -231,7 +236,7 @@ def test_mixed_measures_both_admissions_and_both_schedules_on_tiny_qwen3(tmp_pat
         assert 0 < record["itl_p50_ms"] <= record["itl_p99_ms"] <= record["itl_max_ms"]
         assert record["long_ttft_ms"] > 0
     for record in tight + itl:
-        assert_provenance(record, "benchmark/mixed.py")
+        assert_provenance(record, "mixed")
 
 
 @pytest.mark.slow
@@ -241,8 +246,8 @@ def test_speculative_measures_each_k_on_both_workloads_with_plain_tokens(tmp_pat
     results = tmp_path / "results.jsonl"
     model = str(require_model(MODEL))
     small = ["--ks", "0,2", "--batch-sizes", "1,3", "--output-len", "12", "--prompt-len", "16"]
-    done = run_script(
-        "benchmark/speculative.py", "--model", model, "--threads", "1", *small,
+    done = run_benchmark(
+        "speculative", "--model", model, "--threads", "1", *small,
         "--json", str(results),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
@@ -251,7 +256,7 @@ def test_speculative_measures_each_k_on_both_workloads_with_plain_tokens(tmp_pat
         (k, w, b) for k in (0, 2) for w in ("copy", "random") for b in (1, 3)
     ]
     for record in records:
-        assert_provenance(record, "benchmark/speculative.py")
+        assert_provenance(record, "speculative")
         assert record["same_tokens_share"] == 1.0, "float32: drafts change no token"
         assert record["output_tokens"] > 0 and record["tokens_per_s"] > 0
         if record["k"] == 0:
@@ -262,12 +267,19 @@ def test_speculative_measures_each_k_on_both_workloads_with_plain_tokens(tmp_pat
     assert all(r["tokens_per_step"] == 1.0 for r in random_plain), "one token per plain step"
 
 
-@pytest.mark.parametrize(
-    "script", ["decode_step.py", "overlap_timeline.py", "attention_kernels.py", "launch_costs.py"]
-)
-def test_gpu_scripts_import_and_parse_their_flags(script: str) -> None:
-    done = run_script(f"benchmark/{script}", "--help")
-    assert done.returncode == 0 and "usage:" in done.stdout, done.stderr[-2000:]
+@pytest.mark.parametrize("subcommand", list(SUBCOMMANDS))
+def test_every_subcommand_imports_and_parses_its_flags(subcommand: str) -> None:
+    done = run_benchmark(subcommand, "--help")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith(f"usage: python -m benchmark {subcommand} ")
+
+
+def test_the_entry_point_lists_its_subcommands_and_refuses_others() -> None:
+    listed = run_benchmark("--help")
+    assert listed.returncode == 0
+    assert all(f"  {name} " in listed.stdout for name in SUBCOMMANDS), listed.stdout
+    unknown = run_benchmark("warp-drive")
+    assert unknown.returncode == 2 and "unknown subcommand 'warp-drive'" in unknown.stderr
 
 
 def test_a_random_checkpoint_copies_its_tokenizer_or_refuses_before_building(
@@ -296,9 +308,9 @@ def test_a_random_checkpoint_copies_its_tokenizer_or_refuses_before_building(
 
 
 def test_each_variant_is_measured_in_a_process_of_its_own() -> None:
-    """offline.py measures each variant in a fresh process: its value comes back, and its
+    """`offline` measures each variant in a fresh process: its value comes back, and its
     failure comes back as an error that carries the measuring process's traceback."""
-    from offline import in_own_process
+    from benchmark.throughput import in_own_process
 
     assert in_own_process(os.getpid) != os.getpid()
     assert in_own_process(divmod, 7, 2) == (3, 1)
@@ -309,7 +321,7 @@ def test_each_variant_is_measured_in_a_process_of_its_own() -> None:
 def test_the_step_clock_splits_each_step_of_the_timed_run_into_its_parts() -> None:
     """Only the last generate's steps are kept (the warm-up's are dropped); every step that
     launched a batch has its phase and size, and its parts add up to at most its wall time."""
-    from offline import StepClock
+    from benchmark.scheduler_probes import StepClock
 
     from minisgl.core import SamplingParams
     from minisgl.llm import LLM
@@ -329,7 +341,7 @@ def test_the_step_clock_splits_each_step_of_the_timed_run_into_its_parts() -> No
 
 
 def test_overlap_share_counts_kernel_time_under_a_later_cpu_step() -> None:
-    from overlap_timeline import merge, overlapped_share
+    from benchmark.overlap_timeline import merge, overlapped_share
 
     steps = [(0, 0.0, 10.0), (1, 10.0, 20.0)]
     # step 0's kernels: 6-14 (4 us of it while the CPU is in step 1); step 1's: 15-18

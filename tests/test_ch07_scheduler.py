@@ -221,6 +221,39 @@ def test_a_request_that_cannot_decode_never_joins_the_running_set():
     assert list(decode.running_reqs) == [1], "a request at max_tokens must leave"
 
 
+def test_remove_req_drops_only_that_request_and_tolerates_one_already_gone():
+    def request(uid: int) -> Req:
+        return Req(torch.tensor([5, 6], dtype=torch.int32), uid, 0, 3, uid, greedy(3))
+
+    decode = DecodeManager(page_size=1)
+    old, other = request(0), request(1)
+    decode.running_reqs.update({0: old, 1: other})
+    decode.remove_req(old)
+    assert list(decode.running_reqs) == [1]
+    decode.remove_req(old)  # gone already (filter_reqs drops a request at max_tokens): no error
+    reused = request(0)  # a later request with the same uid (added after `old` was aborted)
+    decode.running_reqs[0] = reused
+    decode.remove_req(old)
+    assert decode.running_reqs == {1: other, 0: reused}, "another request with its uid stays"
+
+
+def test_append_tokens_stops_at_the_first_token_that_finishes_the_request(llms):
+    """A verify step (chapter 24) settles several tokens of a request at once through
+    `append_tokens`: the tokens after the one that finishes the request are not appended."""
+    scheduler = llms(QWEN3).scheduler
+    eos = next(iter(scheduler.eos_token_ids))
+    req = Req(torch.tensor([5, 6, 7], dtype=torch.int32), 0, 2, 6, 0, SamplingParams(max_tokens=6))
+    generated = scheduler.stats.generated_tokens
+    outs = scheduler.append_tokens(req, [11, eos, 12, 13])
+    assert [(o.uid, o.token, o.finish_reason) for o in outs] == [(0, 11, None), (0, eos, "stop")]
+    assert req.input_ids.tolist() == [5, 6, 7, 11, eos], "nothing after the EOS is appended"
+    assert scheduler.stats.generated_tokens == generated + 2
+    req = Req(torch.tensor([5, 6, 7], dtype=torch.int32), 1, 2, 2, 1, greedy(2))
+    outs = scheduler.append_tokens(req, [11, 12, 13])
+    assert [o.finish_reason for o in outs] == [None, "length"], "max_tokens=2 ends it at 12"
+    assert req.input_ids.tolist() == [5, 6, 7, 11, 12]
+
+
 def test_a_decode_step_follows_every_prefill_while_requests_keep_arriving():
     """With a new request arriving before every step, always preferring prefill would starve
     the running requests (as a long chunked prompt would, chapter 10): right after a prefill,

@@ -223,11 +223,11 @@ def test_freeing_returns_whole_pages_and_a_lazy_region_frees_at_its_end():
     a, b = make_req(list(range(9)), row=0), make_req(list(range(5)), row=1)
     cm.allocate_paged([a, b])
     assert cm.num_free_pages == 3
-    cm._free(cm.page_table[0, :9])  # one entry per token: 3 pages
+    cm.free(cm.page_table[0, :9])  # one entry per token: 3 pages
     assert cm.num_free_pages == 6
     with cm.lazy_free_region():
-        cm._free(cm.page_table[1, :5])
-        cm._free(cm.page_table[1, :0])  # nothing
+        cm.free(cm.page_table[1, :5])
+        cm.free(cm.page_table[1, :0])  # nothing
         assert cm.num_free_pages == 6, "inside a lazy region frees wait for its end"
     assert cm.num_free_pages == 8
     cm.check_integrity()
@@ -235,7 +235,7 @@ def test_freeing_returns_whole_pages_and_a_lazy_region_frees_at_its_end():
     cm.allocate_paged([make_req(list(range(7)), row=2)])
     with pytest.raises(KeyError):  # the region's frees are not lost when its body fails
         with cm.lazy_free_region():
-            cm._free(cm.page_table[2, :7])
+            cm.free(cm.page_table[2, :7])
             raise KeyError("boom")
     assert cm.num_free_pages == 8
     cm.check_integrity()

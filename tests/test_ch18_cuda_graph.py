@@ -128,7 +128,7 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch, fake: FakeFlashInfer) -> None:
     cuda_graph_max_bs (graphs need a GPU otherwise)."""
     use_fake_flashinfer(monkeypatch, fake)
     max_batch_size = lambda engine: engine.config.cuda_graph_max_bs  # noqa: E731
-    monkeypatch.setattr(graph_module, "graph_max_batch_size", max_batch_size)
+    monkeypatch.setattr(graph_module, "wanted_graph_batch_size", max_batch_size)
     monkeypatch.setattr(GraphRunner, "graph_type", FakeGraph)
 
 

@@ -517,6 +517,8 @@ def test_decode_graphs_on_triton_give_the_eager_tokens(monkeypatch) -> None:
     """Chapter 18's graphs over the triton backend, with FakeGraph for CUDA graphs: a replay
     sees only what the capture bound, so a batch not written into the fixed buffers would
     decode the captured one."""
-    monkeypatch.setattr(graph_module, "graph_max_batch_size", lambda e: e.config.cuda_graph_max_bs)
+    monkeypatch.setattr(
+        graph_module, "wanted_graph_batch_size", lambda e: e.config.cuda_graph_max_bs
+    )
     monkeypatch.setattr(GraphRunner, "graph_type", FakeGraph)
     assert engine_tokens("triton", 4, graph_max_bs=4) == engine_tokens("torch", 4)

@@ -34,6 +34,7 @@ from conftest import (
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.scheduler import Scheduler, SchedulerConfig
 from minisgl.scheduler.cache import CacheManager, create_prefix_cache
+from minisgl.scheduler.scheduler import PolicyLayer, StepPolicy
 from minisgl.speculative import policy as policy_module
 from minisgl.speculative.ngram import propose_drafts
 from minisgl.speculative.policy import SpeculativeDecoder, VerifyBatch
@@ -58,8 +59,8 @@ def make_scheduler(model: Path = QWEN3, **overrides: Any) -> Scheduler:
 
 
 def decoder(scheduler: Scheduler) -> SpeculativeDecoder:
-    assert isinstance(scheduler.pick_batch, SpeculativeDecoder)
-    return scheduler.pick_batch
+    assert isinstance(scheduler.policy, SpeculativeDecoder)
+    return scheduler.policy
 
 
 # ----- the drafter -------------------------------------------------------------------------
@@ -202,29 +203,45 @@ def test_a_decode_batch_becomes_a_verify_batch_with_drafts_in_the_token_pool() -
     assert len(reqs[0].input_ids) == 5, "the host sequence holds only real tokens"
 
 
+class Picks(PolicyLayer):
+    """A policy whose next batch is given: what the speculative policy wraps, in a test."""
+
+    def __init__(self, inner: StepPolicy, batch: Batch | None) -> None:
+        super().__init__(inner)
+        self.batch = batch
+
+    def pick_batch(self) -> Batch | None:
+        return self.batch
+
+
 def test_the_picker_drafts_only_for_greedy_plain_decode_batches() -> None:
     scheduler = make_scheduler()
     spec = decoder(scheduler)
     req = Req(torch.tensor([1, 2, 1, 2], dtype=torch.int32), 0, 3, 8, 0, greedy(8))
     scheduler.table_manager.write_prompt(req)
-    spec.inner = lambda: Batch([req], "prefill")
-    assert spec().phase == "prefill" and not isinstance(spec(), VerifyBatch)
-    spec.inner = lambda: None
-    assert spec() is None
+    plain = spec.inner
+
+    def inner_picks(batch: Batch | None) -> None:
+        spec.inner = Picks(plain, batch)
+
+    inner_picks(Batch([req], "prefill"))
+    assert spec.pick_batch().phase == "prefill" and not isinstance(spec.pick_batch(), VerifyBatch)
+    inner_picks(None)
+    assert spec.pick_batch() is None
     sampled = Req(
         torch.tensor([1, 2], dtype=torch.int32), 1, 1, 8, 1, SamplingParams(temperature=1.0)
     )
-    spec.inner = lambda: Batch([req, sampled], "decode")
-    assert not isinstance(spec(), VerifyBatch)
+    inner_picks(Batch([req, sampled], "decode"))
+    assert not isinstance(spec.pick_batch(), VerifyBatch)
 
     class OtherParams(SamplingParams):  # a later chapter's rules
         pass
 
     ruled = Req(torch.tensor([1, 2], dtype=torch.int32), 1, 1, 8, 1, OtherParams())
-    spec.inner = lambda: Batch([req, ruled], "decode")
-    assert not isinstance(spec(), VerifyBatch)
-    spec.inner = lambda: Batch([req], "decode")
-    batch = spec()
+    inner_picks(Batch([req, ruled], "decode"))
+    assert not isinstance(spec.pick_batch(), VerifyBatch)
+    inner_picks(Batch([req], "decode"))
+    batch = spec.pick_batch()
     assert isinstance(batch, VerifyBatch) and batch.drafts == [[1, 2, 2, 2]]
 
 
@@ -314,18 +331,18 @@ def test_the_verify_forward_keeps_every_tokens_greedy_choice(
     spec = decoder(scheduler)
     scheduler.add_request(prompt, greedy(8))
     scheduler.step()  # the prefill
-    batch = scheduler.pick_batch()
+    batch = scheduler.policy.pick_batch()
     assert isinstance(batch, VerifyBatch)
     forward_input = scheduler._prepare_batch(batch)
     steps = len(scheduler.stats.steps)
-    output = scheduler._forward(forward_input)
+    output = scheduler.policy.run_batch(forward_input)
     assert batch.attn_metadata.last_indices.tolist() == [0, 1, 2, 3]
     # after the last token and each of three right drafts: the next four true tokens
     assert output.next_tokens_cpu.tolist() == truth[1:5]
     assert scheduler.stats.steps[steps:] == [("decode", 1, 4)]
     req = batch.reqs[0]
     assert (req.cached_len, req.device_len) == (len(prompt), len(prompt) + 4), "settled later"
-    outputs = scheduler._process_last_data((forward_input, output))
+    outputs = scheduler.policy.settle_batch((forward_input, output))
     assert [o.token for o in outputs] == truth[1:5]
     assert spec.stats.verify_steps == 1
 
@@ -396,7 +413,7 @@ def test_every_mode_gives_transformers_greedy_tokens_with_drafts_on(mode: str) -
 
 def test_the_ngram_drafter_gets_drafts_accepted_on_text_that_repeats() -> None:
     plain = make_scheduler(speculative_tokens=0, enable_overlap=True)
-    assert not isinstance(plain.pick_batch, SpeculativeDecoder) and plain.overlap  # off: as before
+    assert not isinstance(plain.policy, SpeculativeDecoder) and plain.overlap  # off: as before
     scheduler = make_scheduler(cache_type="radix", num_pages=1024)
     prompts = [base * 4 for base in random_prompts(0, 4, longest=8)]
     tokens = run_prompts(scheduler, prompts, [40] * 4)
@@ -436,7 +453,7 @@ def test_two_tensor_parallel_ranks_draft_alike_and_match_transformers() -> None:
     config = dict(show_progress=False, speculative_tokens=3, cache_type="radix", max_running_req=8)
     with LLM(str(QWEN3), tp_size=2, **config) as llm:
         outputs = llm.generate(prompts, greedy(16))
-        stats = llm.scheduler.pick_batch.stats
+        stats = llm.scheduler.policy.stats
         assert llm.scheduler.status().integrity_ok
     assert stats.drafted > 0
     for p, out in zip(prompts, outputs):

@@ -354,7 +354,7 @@ def test_json_stays_valid_when_optimistic_admission_preempts_constrained_request
     with LLM(str(QWEN3), **tight) as llm:
         params = [StructuredParams(max_tokens=48, json_schema=SCHEMAS[n]) for _, n in cases]
         outputs = generate(llm, [p for p, _ in cases], params)
-        preemptions = llm.scheduler.pick_batch.preemptor.preemptions
+        preemptions = llm.scheduler.policy.preemptor.preemptions
     assert preemptions >= 5, f"only {preemptions} preemptions: the pool is not tight enough"
     for (_, name), out in zip(cases, outputs):
         check_json(out["text"], SCHEMAS[name])

@@ -88,14 +88,14 @@ def cell_id(cell: Cell) -> str:
 
 
 def preemptions(llm: LLM) -> int:
-    """Preemptions so far: chapter 23's preemptor sits in the scheduler's batch picker, under
-    chapter 24's speculative picker when that wraps it."""
-    picker: Any = llm.scheduler.pick_batch
-    while not hasattr(picker, "preemptor"):
-        if not hasattr(picker, "inner"):
-            return 0  # the scheduler's own picker: neither mixed batches nor optimistic
-        picker = picker.inner
-    return picker.preemptor.preemptions if picker.preemptor is not None else 0
+    """Preemptions so far: chapter 23's preemptor sits in a layer of the scheduler's step
+    policy, under chapter 24's speculative layer when that wraps it."""
+    policy: Any = llm.scheduler.policy
+    while not hasattr(policy, "preemptor"):
+        if not hasattr(policy, "inner"):
+            return 0  # the scheduler itself: neither mixed batches nor optimistic admission
+        policy = policy.inner
+    return policy.preemptor.preemptions if policy.preemptor is not None else 0
 
 
 def run_cell(cell: Cell) -> None:

@@ -34,7 +34,7 @@ def test_mixed_and_optimistic_give_transformers_tokens_on_cuda_in_float32(mode):
     # 200 pages: well under the nine requests' worst cases, so optimistic runs preempt
     with float32_llm(num_pages=200, **MODES[mode]) as llm:
         outs = llm.generate(prompts(), SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True))
-        preemptor = getattr(llm.scheduler.pick_batch, "preemptor", None)
+        preemptor = getattr(llm.scheduler.policy, "preemptor", None)
         preemptions = preemptor.preemptions if preemptor else 0
         assert llm.scheduler.status().integrity_ok
     print(f"{mode}: {preemptions} preemptions")

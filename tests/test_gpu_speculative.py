@@ -7,7 +7,7 @@ prompts and reference): the torch backend (no graphs) and chapter 22's Triton ba
 its graphs. FlashInfer runs 16-bit only, where its decode and prefill kernels round
 differently and a random model's sequences part after a while: there the run must finish, lay
 verify steps out as graph rows, and start like plain decoding. The bf16 smoke prints
-throughput, plain and speculative, at a batch of 1 and 16 (`benchmark/speculative.py`, which
+throughput, plain and speculative, at a batch of 1 and 16 (`python -m benchmark speculative`, which
 the same run_gpu.sh stage runs, times the steps).
 Skipped without CUDA (and, for FlashInfer, without flashinfer).
 """
@@ -62,7 +62,8 @@ def run(model, prompts_, max_tokens: int, **config):
         outs = llm.generate(prompts_, SamplingParams(max_tokens=max_tokens, ignore_eos=True))
         torch.cuda.synchronize()
         seconds = time.perf_counter() - start
-        stats = getattr(llm.scheduler.pick_batch, "stats", None)
+        policy = llm.scheduler.policy
+        stats = policy.stats if isinstance(policy, SpeculativeDecoder) else None
         assert llm.scheduler.status().integrity_ok
     return [out["token_ids"] for out in outs], seconds, stats
 
@@ -132,5 +133,5 @@ def test_bf16_spec_speed_smoke(qwen3_h128, batch):  # noqa: F811
         rate = stats.acceptance_rate if stats else 0.0
         print(
             f"batch {batch}, k={k}: {batch * 128 / seconds:.0f} tok/s, acceptance {rate:.2f} "
-            "(benchmark/speculative.py times the steps)"
+            "(python -m benchmark speculative times the steps)"
         )

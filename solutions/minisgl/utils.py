@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
+from functools import cache
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 import torch
@@ -17,10 +18,13 @@ def div_ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
+@cache  # one per model directory and process: loading one takes about a quarter of a second
 def load_tokenizer(model_path: str) -> PreTrainedTokenizerBase:
-    """The model's tokenizer. transformers is imported here, not at the top: importing its
-    AutoTokenizer costs about two seconds of CPU (it brings its modeling stack), which a process
-    that never loads a tokenizer (a worker, a test of a stub that fails first) should not pay."""
+    """The model's tokenizer, shared by everything in this process that asks for the same
+    directory (the engine only reads it). transformers is imported here, not at the top:
+    importing its AutoTokenizer costs about two seconds of CPU (it brings its modeling stack),
+    which a process that never loads a tokenizer (a worker, a test of a stub that fails first)
+    should not pay."""
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(model_path)

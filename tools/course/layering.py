@@ -109,3 +109,65 @@ def later_mentions(course: Course, k: int) -> list[tuple[str, int, str]]:
                     (path, node.lineno, f"names {node.id} of {where} (chapter {owner})")
                 )
     return problems
+
+
+def imported_files(tree: ast.Module, path: str, present: set[str]) -> set[str]:
+    """The files of `present` (paths under minisgl/) that the module at `path` loads with
+    its import statements at run time, inside functions too; type-only imports and strings
+    do not count (the composition root names every part as a string, loaded lazily)."""
+    package = ["minisgl", *path.split("/")[:-1]]
+    found: set[str] = set()
+    for node in runtime_nodes(tree):
+        modules: list[str] = []
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the file's package, up level - 1
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            if base == "minisgl" or base.startswith("minisgl."):
+                modules.append(base)
+                # `from minisgl.a import b` loads the module a/b when there is one
+                modules += [f"{base}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            modules += [a.name for a in node.names if a.name.startswith("minisgl.")]
+        for module in modules:
+            path = module_path(module)
+            found |= {f"{path}.py", f"{path}/__init__.py"} & present
+    return found
+
+
+def import_circles(sources: dict[str, str]) -> list[list[str]]:
+    """The import circles among `sources` (path under minisgl/ -> text): every strongly
+    connected set of more than one file in the graph of `imported_files`, largest first."""
+    present = set(sources)
+    graph = {
+        path: imported_files(ast.parse(text), path, present) - {path}
+        for path, text in sources.items()
+    }
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(path: str) -> None:  # Tarjan's algorithm
+        index[path] = low[path] = len(index)
+        stack.append(path)
+        for target in sorted(graph[path]):
+            if target not in index:
+                visit(target)
+                low[path] = min(low[path], low[target])
+            elif target in stack:
+                low[path] = min(low[path], index[target])
+        if low[path] == index[path]:
+            members = []
+            while True:
+                member = stack.pop()
+                members.append(member)
+                if member == path:
+                    break
+            if len(members) > 1:
+                circles.append(sorted(members))
+
+    for path in sorted(graph):
+        if path not in index:
+            visit(path)
+    return sorted(circles, key=len, reverse=True)

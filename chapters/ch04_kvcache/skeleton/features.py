@@ -100,13 +100,22 @@ ENGINE_EXTENSIONS: tuple[Part, ...] = ()
 # function that offers one for the engine, `(engine) -> runner or None`.
 RUNNERS: tuple[Part, ...] = ()
 
+# How the FlashInfer backend gathers each step's page lists (attention/fi.py's
+# gather_page_indices unless a function here offers another for the device,
+# `(device) -> function or None`).
+PAGE_GATHERS: tuple[Part, ...] = ()
+
 # The scheduler's table manager class (scheduler/table.py's TableManager unless a function
 # here offers another for the engine, `(engine) -> class or None`).
 TABLE_MANAGERS: tuple[Part, ...] = ()
 
-# Batch pickers (scheduler/scheduler.py's BatchPolicy), each wrapping the picker so far:
-# chapter 7's `Scheduler._pick_batch` innermost, then these in order.
-BATCH_POLICIES: tuple[Part, ...] = ()
+# The scheduler's prefill manager class (scheduler/prefill.py's PrefillManager unless a
+# function here offers another for the config, `(SchedulerConfig) -> class or None`).
+PREFILL_MANAGERS: tuple[Part, ...] = ()
+
+# Step policies (scheduler/scheduler.py's StepPolicy), each `(scheduler, policy so far) ->
+# policy`: chapter 7's Scheduler innermost, then these in order, each around the one before.
+STEP_POLICIES: tuple[Part, ...] = ()
 
 # The scheduler class of an offline LLM, by how many processes share the model.
 SCHEDULERS: tuple[Part, ...] = ()

@@ -97,6 +97,7 @@ ATTENTION_BACKENDS: tuple[Part, ...] = (
 # the model and the KV pool are built, then `finish` hooks once they are, both in this order.
 ENGINE_EXTENSIONS: tuple[Part, ...] = (
     Part(16, "tensor parallelism", "minisgl.distributed.extension:TENSOR_PARALLEL"),
+    Part(18, "cuda graph padding page", "minisgl.engine.graph:GRAPH_PADDING"),
     Part(19, "triton kernels", "minisgl.kernels.extension:TRITON_KERNELS"),
 )
 
@@ -105,15 +106,26 @@ ENGINE_EXTENSIONS: tuple[Part, ...] = (
 # function that offers one for the engine, `(engine) -> runner or None`.
 RUNNERS: tuple[Part, ...] = (Part(18, "cuda graphs", "minisgl.engine.graph:capture_decode_graphs"),)
 
+# How the FlashInfer backend gathers each step's page lists (attention/fi.py's
+# gather_page_indices unless a function here offers another for the device,
+# `(device) -> function or None`).
+PAGE_GATHERS: tuple[Part, ...] = (
+    Part(19, "triton kernels", "minisgl.kernels.extension:kernel_page_gather"),
+)
+
 # The scheduler's table manager class (scheduler/table.py's TableManager unless a function
 # here offers another for the engine, `(engine) -> class or None`).
 TABLE_MANAGERS: tuple[Part, ...] = (
     Part(19, "triton kernels", "minisgl.kernels.extension:kernel_table_manager"),
 )
 
-# Batch pickers (scheduler/scheduler.py's BatchPolicy), each wrapping the picker so far:
-# chapter 7's `Scheduler._pick_batch` innermost, then these in order.
-BATCH_POLICIES: tuple[Part, ...] = ()
+# The scheduler's prefill manager class (scheduler/prefill.py's PrefillManager unless a
+# function here offers another for the config, `(SchedulerConfig) -> class or None`).
+PREFILL_MANAGERS: tuple[Part, ...] = ()
+
+# Step policies (scheduler/scheduler.py's StepPolicy), each `(scheduler, policy so far) ->
+# policy`: chapter 7's Scheduler innermost, then these in order, each around the one before.
+STEP_POLICIES: tuple[Part, ...] = ()
 
 # The scheduler class of an offline LLM, by how many processes share the model.
 SCHEDULERS: tuple[Part, ...] = (

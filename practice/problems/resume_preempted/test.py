@@ -66,7 +66,7 @@ def tokens(overlap: bool, admission: str) -> tuple[list[list[int]], int]:
             out[o.uid].append(o.token)
     assert not scheduler.has_work, "the scheduler never finished"
     scheduler.cache_manager.check_integrity()
-    preemptor = getattr(scheduler.pick_batch, "preemptor", None)
+    preemptor = getattr(scheduler.policy, "preemptor", None)
     return [out[u] for u in uids], preemptor.preemptions if preemptor else 0
 
 

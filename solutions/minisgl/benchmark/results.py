@@ -37,8 +37,12 @@ def machine() -> str:
 
 
 def command() -> str:
-    """This process's command line, as it was typed (the script's path, then its flags)."""
-    return shlex.join(["python", *sys.argv])
+    """This process's command line, as it was typed: the script's path, or `-m` and the package
+    run as `python -m PACKAGE` (whose argv[0] is the path of its `__main__.py`), then the flags."""
+    script, *flags = sys.argv
+    path = Path(script)
+    head = ["-m", path.parent.name] if path.name == "__main__.py" else [script]
+    return shlex.join(["python", *head, *flags])
 
 
 def append_result(path: Path, record: dict[str, Any]) -> dict[str, Any]:

@@ -68,8 +68,8 @@ class EngineExtension:
     """A later chapter's change to every engine: a row of features.ENGINE_EXTENSIONS names it,
     and the rows' order is the order their hooks run in."""
 
-    # Before the model and the KV pool are built: may set engine.kv_pool_type, or prepare the
-    # process (join its ranks).
+    # Before the model and the KV pool are built: may set engine.kv_pool_type or reserve
+    # engine.spare_pages, or prepare the process (join its ranks).
     configure: Callable[[Engine], None] = _unchanged
     # Once the engine is built: may change engine.model's layers or replace engine.sampler.
     finish: Callable[[Engine], None] = _unchanged
@@ -89,6 +89,9 @@ class Engine:
         self.model_config = ModelConfig.from_dir(config.model_path)
         # The class of the KV pool; an extension may pick a faster one.
         self.kv_pool_type: type[MHAKVCache] = MHAKVCache
+        # Pages of the pool past the scheduler's num_pages, which no request ever gets; an
+        # extension may reserve some (chapter 18's CUDA graphs pad their batches into one).
+        self.spare_pages = 0
         extensions = engine_extensions()
         for extension in extensions:
             extension.configure(self)
@@ -100,7 +103,7 @@ class Engine:
         self.max_seq_len = min(config.max_seq_len or model_max, model_max)
         self.num_pages = config.num_pages or self._pages_that_fit()
         self.kv_cache = self.kv_pool_type(
-            self.num_pages * self.page_size,
+            (self.num_pages + self.spare_pages) * self.page_size,
             self.model_config.num_layers,
             self.num_kv_heads,
             self.model_config.head_dim,
@@ -214,13 +217,15 @@ class Engine:
         """Give the engine's device memory back: it cannot run batches afterwards.
 
         Whatever holds device memory goes (the runner with anything it recorded, the attention
-        backend, the KV pool, the page table, the model); then the garbage collector frees it
-        and torch's caching allocator returns it to the device, so the next engine in this
-        process sizes its KV pool from all of it.
+        backend, the KV pool, the page table, the model). On a GPU the garbage collector then
+        frees what cycles still hold and torch's caching allocator returns it to the device,
+        so the next engine in this process sizes its KV pool from all of it; a CPU engine's
+        pool is sized by kv_cache_gib, and a collection (a quarter of a second in a process
+        with a large heap) would buy nothing.
         """
         for part in ("runner", "ctx", "attn_backend", "kv_cache", "page_table", "model"):
             if hasattr(self, part):
                 delattr(self, part)
-        gc.collect()
         if self.device.type == "cuda":
+            gc.collect()
             torch.cuda.empty_cache()

@@ -35,8 +35,11 @@ class DecodeManager:
                 self.running_reqs.pop(req.uid, None)
 
     def remove_req(self, req: Req) -> None:
-        """Drop a finished request from the running set (no error if it already left)."""
-        self.running_reqs.pop(req.uid, None)
+        """Drop this request from the running set if it is there: no error if it already left
+        (filter_reqs drops a request at max_tokens), and a later request that reuses its uid
+        (one added after it was aborted) stays."""
+        if self.running_reqs.get(req.uid) is req:
+            del self.running_reqs[req.uid]
 
     def abort_req(self, uid: int) -> Req | None:
         """Take request `uid` out of the running set; return it, or None if it is not there."""

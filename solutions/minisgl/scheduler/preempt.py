@@ -28,6 +28,7 @@ from minisgl.scheduler.utils import PendingReq
 from minisgl.utils import div_ceil
 
 if TYPE_CHECKING:
+    from minisgl.scheduler.config import SchedulerConfig
     from minisgl.scheduler.scheduler import Scheduler
 
 
@@ -112,6 +113,12 @@ class OptimisticPrefillManager(PrefillManager):
         self.pending_list.insert(head, resumed)
 
 
+def optimistic_prefill_manager(config: SchedulerConfig) -> type[PrefillManager] | None:
+    """The prefill manager for `admission="optimistic"` (a row of features.PREFILL_MANAGERS);
+    None for chapter 8's conservative admission."""
+    return OptimisticPrefillManager if config.admission == "optimistic" else None
+
+
 class Preemptor:
     """Makes room for a decode step by preempting requests, newest first, each at most once."""
 
@@ -161,26 +168,22 @@ class Preemptor:
 
         A running request leaves the running set and comes back as `resume(req)`; a chunk
         leaves the queue's head, whose whole prompt comes back as a ResumedReq with all its
-        max_tokens. Either way the scheduler frees the row and hands the KV to the prefix
-        cache, unlocked (`_free_req_resources`), the entry goes back to the front of the queue
-        (`requeue`), and the request joins the scheduler's `finished_reqs`, so that the token
-        a launched batch (overlap) still samples for it is dropped. Its uid becomes protected
-        (forget those of requests that are neither waiting nor running any more), and the
-        preemption is counted.
+        max_tokens. Either way the scheduler releases the request (`release`: it leaves the
+        running set, its row is freed, its KV handed to the prefix cache unlocked, and a token
+        a launched batch still samples for it is dropped) and the entry goes back to the front
+        of the queue (`requeue`). Its uid becomes protected (forget those of requests that are
+        neither waiting nor running any more), and the preemption is counted.
         """
-        scheduler = self.scheduler
-        running = scheduler.decode_manager.running_reqs
+        running = self.scheduler.decode_manager.running_reqs
         if running.get(req.uid) is req:
-            scheduler.decode_manager.remove_req(req)
             entry = resume(req)
         else:  # the chunk of the queue's head
             head = self.prefill_manager.pending_list.pop(0)
             entry = ResumedReq(
                 head.uid, head.input_ids, head.sampling_params, remaining=head.output_len
             )
-        scheduler._free_req_resources(req)
+        self.scheduler.release(req)
         self.prefill_manager.requeue(entry)
-        scheduler.finished_reqs.add(req)
         waiting = {pending.uid for pending in self.prefill_manager.pending_list}
         self.protected = {uid for uid in self.protected if uid in running or uid in waiting}
         self.protected.add(req.uid)

@@ -41,7 +41,7 @@ def roll_back(cache_manager: CacheManager, req: Req, seq_len: int) -> None:
     seq_len and cached_len = seq_len - 1, as after a plain decode step (the K/V of every kept
     token but the newest is valid; the newest one's is computed by the next step). The request
     keeps the pages up to ceil(cached_len / page); the pages from there up to
-    ceil(old device_len / page) go back to the free list (`_free`: inside a lazy_free_region,
+    ceil(old device_len / page) go back to the free list (`free`: inside a lazy_free_region,
     at its end). A kept page may hold rejected K/V past cached_len: those slots are written
     again before anything reads them.
     """
@@ -52,4 +52,4 @@ def roll_back(cache_manager: CacheManager, req: Req, seq_len: int) -> None:
     kept_end = div_ceil(req.cached_len, page) * page
     if allocated_end > kept_end:
         # A copy: the row's entries may be rewritten while the slots wait in a lazy free.
-        cache_manager._free(cache_manager.page_table[req.table_idx, kept_end:allocated_end].clone())
+        cache_manager.free(cache_manager.page_table[req.table_idx, kept_end:allocated_end].clone())

@@ -31,8 +31,10 @@ class DecodeManager:
         raise NotImplementedError("ch07: After a forward, put in the running set the batch's requests that can decode.")
 
     def remove_req(self, req: Req) -> None:
-        """Drop a finished request from the running set (no error if it already left)."""
-        raise NotImplementedError("ch07: Drop a finished request from the running set (no error if it already left).")
+        """Drop this request from the running set if it is there: no error if it already left
+        (filter_reqs drops a request at max_tokens), and a later request that reuses its uid
+        (one added after it was aborted) stays."""
+        raise NotImplementedError("ch07: Drop this request from the running set if it is there: no error if it already left")
 
     def abort_req(self, uid: int) -> Req | None:
         """Take request `uid` out of the running set; return it, or None if it is not there."""

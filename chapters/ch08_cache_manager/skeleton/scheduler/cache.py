@@ -100,7 +100,7 @@ class CacheManager:
         """Pages (by first slot) -> every slot of them: [p, p+1, ..., p+page_size-1, ...]."""
         raise NotImplementedError("ch08: Pages (by first slot) -> every slot of them: [p, p+1, ..., p+page_size-1, ...].")
 
-    def _free(self, indices: torch.Tensor) -> None:
+    def free(self, indices: torch.Tensor) -> None:
         """Return the pages of these page-aligned slots (one entry per token) to the free list.
 
         The free list holds the first slot of each page. While a lazy_free_region is open, the
@@ -111,7 +111,7 @@ class CacheManager:
     def lazy_free_region(self) -> Iterator[None]:
         """Batch every free inside the block into one concatenation at its end.
 
-        While the block runs, `_free` appends freed pages to the lazy list `self._lazy_freed`
+        While the block runs, `free` appends freed pages to the lazy list `self._lazy_freed`
         (None outside a region) instead of growing `free_slots`. At the end, even if the
         block raised, the list is reset to None and its pages join `free_slots` in one
         torch.cat, so no freed page is lost or counted twice.
@@ -134,7 +134,7 @@ class CacheManager:
 
         where old = the handle's cached_len at admission, shared = how much of the insert was
         already cached, and new = the inserted length (cached_len rounded down to a page).
-        Insert with `prefix_cache.insert_prefix`, free with `_free` (each region starts on a
+        Insert with `prefix_cache.insert_prefix`, free with `free` (each region starts on a
         page boundary). Afterwards: a finished request holds nothing (its old handle is
         unlocked); a running one holds the new handle, locked before the old one is unlocked so
         that nothing it reads can be evicted in between, and its row names only slots it owns

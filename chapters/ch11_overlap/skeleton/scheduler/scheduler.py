@@ -8,15 +8,17 @@ It owns no resource itself; it only orchestrates the managers that do:
 - TableManager: page-table rows and the token pool;
 - Engine: one forward of one batch.
 
-One iteration: pick the next batch, give it pages, run it, then process the results of a
+One iteration: pick the next batch, give it pages, run it, then settle the results of a
 batch: append each sampled token, finish requests (EOS or max_tokens) and free what they held.
-With overlap scheduling the results processed are those of the *previous* batch, so that on a
-GPU the CPU's bookkeeping runs while the device computes the next batch.
+With overlap scheduling the results settled are those of the *previous* batch, so that on a
+GPU the CPU's bookkeeping runs while the device computes the next batch. Picking, running and
+settling go through the scheduler's step policy (`StepPolicy`): the scheduler itself, unless a
+later chapter's policy wraps it (features.STEP_POLICIES).
 """
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import NamedTuple, Protocol
 
 import torch
 
@@ -49,17 +51,50 @@ class ForwardInput(NamedTuple):
 
 
 ForwardData = tuple[ForwardInput, ForwardOutput]  # a launched batch and what it sampled
-BatchPicker = Callable[[], Batch | None]  # the next batch, or None when there is none
 
-# How a scheduler picks each step's requests: `Scheduler._pick_batch` below, unless a later
-# chapter's policy takes over. Each function of features.BATCH_POLICIES, in its order, gets the
-# new scheduler and its picker so far, and returns the picker to use (the same one when its
-# config does not ask for it): chapter 23's mixed batches and optimistic admission, then
-# chapter 24's speculative decoding around them. A policy whose picker returns batches of its
-# own kind (a Batch subclass) also runs and settles them: it may replace the scheduler's
-# `_forward` and `_process_last_data` by its own, which pass every other batch on to the
-# scheduler's.
-BatchPolicy = Callable[["Scheduler", BatchPicker], BatchPicker]
+
+class StepPolicy(Protocol):
+    """How each step's batch is picked, run and settled.
+
+    Chapter 7's Scheduler is the innermost policy: prefill or decode (`pick_batch`), one
+    forward (`run_batch`), one token per request (`settle_batch`). Each row of
+    features.STEP_POLICIES, in its order, gets the new scheduler and the policy so far and
+    returns the policy to use (the same one when its config does not ask for it): chapter 23's
+    mixed batches and optimistic admission, then chapter 24's speculative decoding around
+    them. A policy that makes batches of its own kind (a Batch subclass) runs and settles them
+    itself, and passes every other batch on to the policy it wraps (`PolicyLayer`).
+    """
+
+    @property
+    def allows_overlap(self) -> bool:
+        """Whether the next batch may be picked before this one's results are settled."""
+        ...
+
+    def pick_batch(self) -> Batch | None: ...
+
+    def run_batch(self, forward_input: ForwardInput) -> ForwardOutput: ...
+
+    def settle_batch(self, data: ForwardData | None) -> list[TokenOutput]: ...
+
+
+class PolicyLayer:
+    """A step policy around another one: each part it does not change goes to `inner`."""
+
+    def __init__(self, inner: StepPolicy) -> None:
+        self.inner = inner
+
+    @property
+    def allows_overlap(self) -> bool:
+        return self.inner.allows_overlap
+
+    def pick_batch(self) -> Batch | None:
+        return self.inner.pick_batch()
+
+    def run_batch(self, forward_input: ForwardInput) -> ForwardOutput:
+        return self.inner.run_batch(forward_input)
+
+    def settle_batch(self, data: ForwardData | None) -> list[TokenOutput]:
+        return self.inner.settle_batch(data)
 
 
 class Scheduler:
@@ -67,7 +102,11 @@ class Scheduler:
 
     The API the layers above use (LLM.generate, the scheduler process of the server):
     `add_request`, `check_request_fits`, `abort_request`, `step`, `has_work`, `status`.
+    What step policies use besides: `finish_reason`, `append_tokens`, `release`, and the
+    managers (`cache_manager`, `table_manager`, `decode_manager`, `prefill_manager`).
     """
+
+    allows_overlap = True  # as the innermost StepPolicy: chapter 7's steps may overlap
 
     def __init__(self, config: SchedulerConfig) -> None:
         self.config = config
@@ -81,26 +120,27 @@ class Scheduler:
             self.engine.num_pages, config.page_size, self.engine.page_table, prefix_cache
         )
         self.decode_manager = DecodeManager(config.page_size)
-        self.prefill_manager = PrefillManager(
+        prefill_manager_type = features.first_offer(features.PREFILL_MANAGERS, config)
+        self.prefill_manager: PrefillManager = (prefill_manager_type or PrefillManager)(
             self.cache_manager, self.table_manager, self.decode_manager
         )
         self.eos_token_ids = set(self.engine.model_config.eos_token_ids)
-        self.overlap = (
-            not ENV.DISABLE_OVERLAP_SCHEDULING
-            if config.enable_overlap is None
-            else config.enable_overlap
-        )
         self.stats = SchedulerStats()
-        self.finished_reqs: set[Req] = set()  # finished in the last processed batch
+        self.finished_reqs: set[Req] = set()  # released while a launched batch may hold them
         self.pending_aborts: set[Req] = set()  # aborted; freed once no launched batch uses them
         self._next_uid = 0
         self._last_phase: str | None = None
         self._last_data: ForwardData | None = None  # launched, results not yet processed
         self._integrity_ok: bool | None = None
-        self.pick_batch: BatchPicker = self._pick_batch
-        for part in features.BATCH_POLICIES:
-            policy: BatchPolicy = part.load()
-            self.pick_batch = policy(self, self.pick_batch)
+        self.policy: StepPolicy = self
+        for part in features.STEP_POLICIES:
+            self.policy = part.load()(self, self.policy)
+        configured = (
+            not ENV.DISABLE_OVERLAP_SCHEDULING
+            if config.enable_overlap is None
+            else config.enable_overlap
+        )
+        self.overlap = configured and self.policy.allows_overlap
 
     # ----- requests in and out --------------------------------------------------------------
 
@@ -195,7 +235,7 @@ class Scheduler:
         forward_input = self._schedule_next_batch()
         if forward_input is None:
             return []
-        return self._process_last_data((forward_input, self._forward(forward_input)))
+        return self.policy.settle_batch((forward_input, self.policy.run_batch(forward_input)))
 
     def overlap_loop(self) -> list[TokenOutput]:
         """Launch batch N+1, then process batch N while the device computes N+1.
@@ -225,15 +265,15 @@ class Scheduler:
         self._integrity_ok = True
 
     def _schedule_next_batch(self) -> ForwardInput | None:
-        """Pick the next batch (`self.pick_batch()`) and prepare it (`_prepare_batch`); None
-        when there is none. Record the phase of the batch picked."""
-        batch = self.pick_batch()
+        """Pick the next batch (`self.policy.pick_batch()`) and prepare it (`_prepare_batch`);
+        None when there is none. Record the phase of the batch picked."""
+        batch = self.policy.pick_batch()
         if batch is None:
             return None
         self._last_phase = batch.phase
         return self._prepare_batch(batch)
 
-    def _pick_batch(self) -> Batch | None:
+    def pick_batch(self) -> Batch | None:
         """The next batch: a prefill batch of waiting requests, or a decode step of the running.
 
         Prefill first, to admit waiting requests soon; but right after a prefill, give the
@@ -262,7 +302,7 @@ class Scheduler:
         self.engine.prepare_batch(batch)
         return ForwardInput(batch, self.engine.sampler.prepare(batch), prompts)
 
-    def _forward(self, forward_input: ForwardInput) -> ForwardOutput:
+    def run_batch(self, forward_input: ForwardInput) -> ForwardOutput:
         """Run a prepared batch, store its sampled tokens in the token pool, advance ledgers."""
         batch = forward_input.batch
         output = self.engine.forward_batch(batch, forward_input.sample_args)
@@ -275,7 +315,7 @@ class Scheduler:
         self.decode_manager.filter_reqs(batch.reqs)
         return output
 
-    def _finish_reason(self, req: Req, token: int) -> FinishReason | None:
+    def finish_reason(self, req: Req, token: int) -> FinishReason | None:
         """Why the request ends with this token, or None if it goes on. Decided here only."""
         if not req.sampling_params.ignore_eos and token in self.eos_token_ids:
             return "stop"
@@ -283,57 +323,70 @@ class Scheduler:
             return "length"
         return None
 
-    def _process_last_data(self, data: ForwardData | None) -> list[TokenOutput]:
+    def settle_batch(self, data: ForwardData | None) -> list[TokenOutput]:
         """Append sampled tokens, finish requests at EOS or max_tokens, free or cache their KV.
 
-        Wait on the copy's event (the only wait for the device), then, inside one
-        `lazy_free_region`, for each request of the batch: skip a chunk, a request in
-        `finished_reqs` (it finished in the previous round) or in `pending_aborts`; append
-        its token (`append_host`), ask `_finish_reason`, and report a TokenOutput. A finished
-        request leaves the running set and `_free_req_resources` gives back its row and KV; a
-        request that goes on after its prompt (one of `forward_input.prompts`) has the prompt
-        cached (`cache_req`, finished=False). Afterwards `finished_reqs` holds exactly this
-        round's finishers.
+        Wait on the copy's event (the only wait for the device). The requests released while
+        this batch was in flight are in `finished_reqs`: take that set and start a new one.
+        Then, inside one `lazy_free_region`, for each request of the batch: skip a chunk, a
+        request released meanwhile or one in `pending_aborts`; append its token
+        (`append_tokens`). A request that finished is `release`d; one that goes on after its
+        prompt (one of `forward_input.prompts`) has the prompt cached (`cache_req`,
+        finished=False).
         """
         if data is None:
             return []
         forward_input, output = data
         if output.copy_done_event is not None:
             output.copy_done_event.synchronize()  # the only wait for the device
+        released, self.finished_reqs = self.finished_reqs, set()
         outputs: list[TokenOutput] = []
-        finished_now: set[Req] = set()
         with self.cache_manager.lazy_free_region():
             for req, token in zip(forward_input.batch.reqs, output.next_tokens_cpu.tolist()):
                 # A chunk samples nothing. A request that finished in the previous round was
-                # already in this (overlapped) batch, and so may an aborted one have been:
-                # their tokens are dropped.
-                if (
-                    isinstance(req, ChunkedReq)
-                    or req in self.finished_reqs
-                    or req in self.pending_aborts
-                ):
+                # already in this (overlapped) batch, and so may an aborted or preempted one
+                # have been: their tokens are dropped.
+                if isinstance(req, ChunkedReq) or req in released or req in self.pending_aborts:
                     continue
-                req.append_host(token)
-                finish_reason = self._finish_reason(req, token)
-                outputs.append(TokenOutput(req.uid, token, finish_reason))
-                if finish_reason is not None:
-                    self.decode_manager.remove_req(req)
-                    self._free_req_resources(req)
-                    finished_now.add(req)
+                outputs += self.append_tokens(req, [token])
+                if outputs[-1].finish_reason is not None:
+                    self.release(req)
                 elif req in forward_input.prompts:  # share the prompt with later requests now
                     self.cache_manager.cache_req(req, finished=False)
-        self.finished_reqs = finished_now
+        return outputs
+
+    def append_tokens(self, req: Req, tokens: list[int]) -> list[TokenOutput]:
+        """Append tokens to the request, up to the first that finishes it; one output each.
+
+        The tokens go onto the request's host sequence in order, and a TokenOutput is returned
+        for each token appended. Each token goes through `append_host`, then `finish_reason`;
+        the last output carries the reason when the request finished. Count the outputs in
+        stats.generated_tokens. A decode step brings one token per request; a verify step
+        (chapter 24) several."""
+        outputs: list[TokenOutput] = []
+        for token in tokens:
+            req.append_host(token)
+            reason = self.finish_reason(req, token)
+            outputs.append(TokenOutput(req.uid, token, reason))
+            if reason is not None:
+                break
         self.stats.generated_tokens += len(outputs)
         return outputs
 
-    def _free_req_resources(self, req: Req) -> None:
-        """Give back a request's table row; hand its KV to the prefix cache, unlocked."""
+    def release(self, req: Req) -> None:
+        """Stop a request and give back what it holds: it leaves the running set (if it is in
+        it), its table row is freed and its KV handed to the prefix cache, unlocked. With
+        overlap, a launched batch may still hold it: it joins `finished_reqs`, so that the
+        token that batch samples for it is dropped."""
+        self.decode_manager.remove_req(req)
         self.table_manager.free(req.table_idx)
         self.cache_manager.cache_req(req, finished=True)
+        if self.overlap:
+            self.finished_reqs.add(req)
 
     def _free_pending_aborts(self) -> None:
         """Free the aborted requests that no launched batch still uses."""
         in_flight = set(self._last_data[0].batch.reqs) if self._last_data is not None else set()
         for req in self.pending_aborts - in_flight:
-            self._free_req_resources(req)
+            self.release(req)
         self.pending_aborts &= in_flight

@@ -16,6 +16,9 @@ import torch
 import torch.distributed as dist
 
 from minisgl.launcher import Launcher
+from minisgl.models.layout import ModelLayout, use_layout
+from minisgl.models.parallel import RankLayout
+from minisgl.scheduler.io import join_ranks
 
 from .comm import all_reduce, set_tensor_group
 from .info import get_tp_info, set_tp_info
@@ -39,8 +42,6 @@ def init_tp_group(
     Rank 0 passes `peers`, the launcher of the other ranks, so that a rank dying before it
     joins raises its ProcessDiedError instead of leaving rank 0 waiting at the rendezvous.
     """
-    from minisgl.scheduler.io import join_ranks  # imported here: the scheduler imports models
-
     join_ranks(rank, size, init_method, peers.check if peers is not None else None)
     join_tensor_parallel(device)
 
@@ -66,17 +67,11 @@ def join_tensor_parallel(device: torch.device) -> None:
         gpu = torch.device("cuda", rank)
         set_tensor_group(dist.new_group(backend="nccl", timeout=COLLECTIVE_TIMEOUT, device_id=gpu))
         all_reduce(torch.zeros(1, device=gpu))  # connect now, not inside a CUDA-graph capture
-    # Imported here: the models' layers import this package.
-    from minisgl.models.layout import use_layout
-    from minisgl.models.parallel import RankLayout
-
     use_layout(RankLayout(get_tp_info()))
 
 
 def leave_tp_group() -> None:
     """Leave the group and become a lone rank again."""
-    from minisgl.models.layout import ModelLayout, use_layout
-
     global _threads_alone
     if _threads_alone is not None:
         torch.set_num_threads(_threads_alone)

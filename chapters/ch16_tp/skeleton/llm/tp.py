@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from minisgl.core import SamplingParams
-from minisgl.distributed import init_tp_group, leave_tp_group
+from minisgl.distributed.group import init_tp_group, leave_tp_group
 from minisgl.launcher import Launcher
 from minisgl.message import ExitMsg, UserMsg
 from minisgl.scheduler import Scheduler, SchedulerConfig

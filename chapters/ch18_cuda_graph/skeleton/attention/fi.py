@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from minisgl import features
 from minisgl.attention.base import (
     AttnSetup,
     BackendEntry,
@@ -148,8 +149,9 @@ class FlashInferBackend(BaseAttnBackend):
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         self.device = page_table.device
         self.dtype = kv_cache.k_cache(0).dtype
-        # How describe gathers the pages: chapter 19 swaps in a kernel that does it in one launch.
-        self.gather_pages: Callable[..., torch.Tensor] = gather_page_indices
+        # How describe gathers the pages: chapter 19 offers a kernel that does it in one launch.
+        kernel = features.first_offer(features.PAGE_GATHERS, self.device)
+        self.gather_pages: Callable[..., torch.Tensor] = kernel or gather_page_indices
         self.workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
         self.prefill_wrapper = self.wrappers.BatchPrefillWithPagedKVCacheWrapper(
             self.workspace, kv_layout="NHD", backend="fa2"
@@ -157,7 +159,7 @@ class FlashInferBackend(BaseAttnBackend):
         # Decode on tensor cores (FlashInfer's prefill kernel, one query per request): its
         # advice is a GQA ratio of 4 or more, yet at Qwen3-0.6B's 2 the official workload runs
         # faster on an H200 with them than with the CUDA-core decode kernel
-        # (benchmark/flashinfer_decode.py; the chapter 17 page has the figures).
+        # (python -m benchmark flashinfer-decode; the chapter 17 page has the figures).
         self.decode_wrapper = self.wrappers.BatchDecodeWithPagedKVCacheWrapper(
             self.workspace, kv_layout="NHD", use_tensor_cores=True
         )

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from minisgl.core import Batch, Context
-from minisgl.engine.engine import EagerRunner, Engine
+from minisgl.engine.engine import EagerRunner, Engine, EngineExtension
 
 MAX_GRAPH_BATCH_SIZE = 256  # default cap of cuda_graph_max_bs
 
@@ -198,10 +198,10 @@ class GraphRunner(EagerRunner):
         raise NotImplementedError("ch18: Copy the batch into the fixed inputs, replay its graph; logits [batch size, vocab].")
 
 
-def graph_max_batch_size(engine: Engine) -> int:
-    """Largest decode batch to replay from a CUDA graph; 0 when graphs do not apply: they
-    need a GPU and a backend that plans into fixed buffers (FlashInfer's)."""
-    if engine.device.type != "cuda" or not hasattr(engine.attn_backend, "prepare_for_graph"):
+def wanted_graph_batch_size(engine: Engine) -> int:
+    """Largest decode batch the engine's config asks CUDA graphs for; 0 without a GPU (or
+    with cuda_graph_max_bs=0)."""
+    if engine.device.type != "cuda":
         return 0
     wanted = engine.config.cuda_graph_max_bs
     if wanted is None:
@@ -209,17 +209,37 @@ def graph_max_batch_size(engine: Engine) -> int:
     return min(wanted, engine.config.max_running_req)
 
 
+def graph_max_batch_size(engine: Engine) -> int:
+    """Largest decode batch to replay from a CUDA graph; 0 when graphs do not apply: they
+    need a GPU and a backend that plans into fixed buffers (FlashInfer's, Triton's)."""
+    if not hasattr(engine.attn_backend, "prepare_for_graph"):
+        return 0
+    return wanted_graph_batch_size(engine)
+
+
+def reserve_padding_page(engine: Engine) -> None:
+    """Before the KV pool is built: keep one page past the scheduler's for the padding rows of
+    graphs, where graphs may be captured (a page is all they write: every padding row stores
+    its K/V into the same slot)."""
+    if wanted_graph_batch_size(engine) > 0:
+        engine.spare_pages += 1
+
+
+# Chapter 18's change to every engine (a row of features.ENGINE_EXTENSIONS): the padding page.
+GRAPH_PADDING = EngineExtension(configure=reserve_padding_page)
+
+
 def capture_decode_graphs(engine: Engine) -> GraphRunner | None:
     """A GraphRunner for the engine with every graph captured (None where graphs do not apply:
     the engine keeps its eager runner; features.RUNNERS asks).
 
-    Padding rows store their K/V into the pool's last page, so the graphs keep that page:
-    the scheduler sees one page fewer.
+    Padding rows store their K/V into the first spare page past the scheduler's pages, which
+    `reserve_padding_page` kept when the pool was sized.
     """
     max_batch_size = graph_max_batch_size(engine)
     if max_batch_size == 0:
         return None
-    engine.num_pages -= 1
+    assert engine.spare_pages > 0, "reserve_padding_page runs wherever graphs may apply"
     backend = cast(GraphAttnBackend, engine.attn_backend)
     runner = GraphRunner(engine.model, engine.ctx, backend, max_batch_size, engine.num_pages)
     runner.capture()

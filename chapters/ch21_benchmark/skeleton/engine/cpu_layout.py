@@ -1,6 +1,6 @@
 """On a CPU, every projection's weight stored column-major: what chapter 21's profile changed.
 
-The profile of a CPU decode step (`benchmark/cpu_step.py`) puts most of it in `aten::mm`: at
+The profile of a CPU decode step (`python -m benchmark cpu-step`) puts most of it in `aten::mm`: at
 a decode batch x has a few dozen rows, and each product reads a whole weight matrix once. MKL,
 which runs those products, is faster at this shape when W^T is the contiguous matrix, the
 layout chapter 19 gives two projections on a GPU (`store_column_major`). So on a CPU the engine
@@ -12,7 +12,7 @@ transformers' as before (tests/test_cpu_layout.py).
 The LM head keeps its layout: it shares its weight with the embedding, whose lookups read rows.
 
 MINISGL_CPU_LAYOUT=row  keep the weights row-major (the ablation: `--variants row-major` of
-                        benchmark/offline.py)
+                        python -m benchmark offline)
 """
 
 from __future__ import annotations

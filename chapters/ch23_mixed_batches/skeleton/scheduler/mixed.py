@@ -7,9 +7,10 @@ next token first, then prompt chunks filling the rest of the token budget (max_e
 as vLLM's scheduler and SGLang's mixed chunks do. The attention backends already take such a
 batch: a decode token is an extend of length 1, and each request samples from its last token.
 
-`StepPolicy` is chapter 23's batch picker (a row of features.BATCH_POLICIES): mixed batches
-when `mixed_batches` is on, and, with `admission="optimistic"`, room made by preemption
-(`Preemptor`) before every step that decodes.
+`MixedPolicy` is chapter 23's step policy (a row of features.STEP_POLICIES): it picks mixed
+batches when `mixed_batches` is on, and, with `admission="optimistic"`, makes room by
+preemption (`Preemptor`) before every step that decodes. Running and settling a batch do not
+change: those go to the policy it wraps.
 """
 
 from __future__ import annotations
@@ -18,31 +19,31 @@ from typing import TYPE_CHECKING
 
 from minisgl.core import Batch
 from minisgl.scheduler.preempt import OptimisticPrefillManager, Preemptor
-from minisgl.scheduler.scheduler import BatchPicker
+from minisgl.scheduler.scheduler import PolicyLayer, StepPolicy
 
 if TYPE_CHECKING:
     from minisgl.scheduler.scheduler import Scheduler
 
 
-class StepPolicy:
+class MixedPolicy(PolicyLayer):
     """Picks each step's batch: mixed, or chapter 7's prefill-or-decode; preempting if need be."""
 
     def __init__(
         self,
         scheduler: Scheduler,
-        inner: BatchPicker,
+        inner: StepPolicy,
         preemptor: Preemptor | None,
         mixed: bool,
     ) -> None:
+        super().__init__(inner)
         self.scheduler = scheduler
-        self.inner = inner  # the picker this policy replaces
         self.preemptor = preemptor  # None: conservative admission never runs out of pages
         self.mixed = mixed
 
-    def __call__(self) -> Batch | None:
+    def pick_batch(self) -> Batch | None:
         if self.mixed:
             return self.mixed_batch()
-        batch = self.inner()
+        batch = self.inner.pick_batch()
         if batch is None or not batch.is_decode or self.preemptor is None:
             return batch
         reqs = self.preemptor.make_room(batch.reqs)
@@ -61,17 +62,13 @@ class StepPolicy:
         raise NotImplementedError("ch23: Batch every running request's next token, then prompt chunks in the rest of the budget.")
 
 
-def step_policy(scheduler: Scheduler, inner: BatchPicker) -> BatchPicker:
-    """Chapter 23's picker for a scheduler whose config asks for mixed batches or optimistic
-    admission (which also swaps in the OptimisticPrefillManager); else `inner`, unchanged."""
+def mixed_policy(scheduler: Scheduler, inner: StepPolicy) -> StepPolicy:
+    """Chapter 23's policy for a scheduler whose config asks for mixed batches or optimistic
+    admission (whose prefill manager is then the OptimisticPrefillManager); else `inner`."""
     config = scheduler.config
     if not config.mixed_batches and config.admission != "optimistic":
         return inner
     preemptor = None
-    if config.admission == "optimistic":
-        prefill_manager = OptimisticPrefillManager(
-            scheduler.cache_manager, scheduler.table_manager, scheduler.decode_manager
-        )
-        scheduler.prefill_manager = prefill_manager
-        preemptor = Preemptor(scheduler, prefill_manager)
-    return StepPolicy(scheduler, inner, preemptor, config.mixed_batches)
+    if isinstance(scheduler.prefill_manager, OptimisticPrefillManager):
+        preemptor = Preemptor(scheduler, scheduler.prefill_manager)
+    return MixedPolicy(scheduler, inner, preemptor, config.mixed_batches)

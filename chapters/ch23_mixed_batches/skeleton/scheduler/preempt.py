@@ -28,6 +28,7 @@ from minisgl.scheduler.utils import PendingReq
 from minisgl.utils import div_ceil
 
 if TYPE_CHECKING:
+    from minisgl.scheduler.config import SchedulerConfig
     from minisgl.scheduler.scheduler import Scheduler
 
 
@@ -97,6 +98,12 @@ class OptimisticPrefillManager(PrefillManager):
         raise NotImplementedError("ch23: Put a preempted request at the front of the queue.")
 
 
+def optimistic_prefill_manager(config: SchedulerConfig) -> type[PrefillManager] | None:
+    """The prefill manager for `admission="optimistic"` (a row of features.PREFILL_MANAGERS);
+    None for chapter 8's conservative admission."""
+    return OptimisticPrefillManager if config.admission == "optimistic" else None
+
+
 class Preemptor:
     """Makes room for a decode step by preempting requests, newest first, each at most once."""
 
@@ -130,11 +137,10 @@ class Preemptor:
 
         A running request leaves the running set and comes back as `resume(req)`; a chunk
         leaves the queue's head, whose whole prompt comes back as a ResumedReq with all its
-        max_tokens. Either way the scheduler frees the row and hands the KV to the prefix
-        cache, unlocked (`_free_req_resources`), the entry goes back to the front of the queue
-        (`requeue`), and the request joins the scheduler's `finished_reqs`, so that the token
-        a launched batch (overlap) still samples for it is dropped. Its uid becomes protected
-        (forget those of requests that are neither waiting nor running any more), and the
-        preemption is counted.
+        max_tokens. Either way the scheduler releases the request (`release`: it leaves the
+        running set, its row is freed, its KV handed to the prefix cache unlocked, and a token
+        a launched batch still samples for it is dropped) and the entry goes back to the front
+        of the queue (`requeue`). Its uid becomes protected (forget those of requests that are
+        neither waiting nor running any more), and the preemption is counted.
         """
         raise NotImplementedError("ch23: Stop `req`, give back what it holds, and queue it again to be recomputed.")

@@ -1,16 +1,17 @@
 """The speculative step: the scheduler's decode step turned into a verify step with drafts.
 
-`SpeculativeDecoder` is chapter 24's batch picker (a row of features.BATCH_POLICIES), active
-when `speculative_tokens` (k) > 0. When the picker below it returns a decode batch, it gives
+`SpeculativeDecoder` is chapter 24's step policy (a row of features.STEP_POLICIES), active
+when `speculative_tokens` (k) > 0. When the policy it wraps picks a decode batch, it gives
 each request up to k drafts (`propose_drafts`), writes them into the token pool behind the
 last token and moves device_len past them, so that chapter 7's preparation builds an extend of
 k + 1 tokens per request: inputs, pages, attention metadata, all unchanged. The forward keeps
 the logits of every token, not only the last; the greedy choices then decide what is
-accepted (`accepted_length`), and the ledger, pages and token pool are rolled back to the
-tokens kept (`roll_back`).
+accepted (`accepted_length`), the tokens kept are settled as every batch's are (the
+scheduler's `append_tokens` and `release`), and the ledger, pages and token pool are rolled
+back to them (`roll_back`).
 
-Drafts need the previous step's tokens on the CPU, so with speculative decoding on the
-scheduler runs without overlap: each step's results are processed before the next is picked.
+Drafts need the previous step's tokens on the CPU, so the policy does not allow overlap:
+each step's results are settled before the next is picked.
 Only greedy requests with plain SamplingParams are verified. A batch with another (a sampled
 one, or one whose parameters are a subclass, such as a grammar's) decodes plainly: a sampled
 token is not "the model's choice", and a constraint's state would have to be rolled back too.
@@ -25,7 +26,7 @@ import torch
 
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.engine.graph import GraphRunner
-from minisgl.scheduler.scheduler import BatchPicker, ForwardData, ForwardInput
+from minisgl.scheduler.scheduler import ForwardData, ForwardInput, PolicyLayer, StepPolicy
 from minisgl.scheduler.utils import TokenOutput
 from minisgl.speculative.ngram import propose_drafts
 from minisgl.speculative.verify import accepted_length, roll_back
@@ -114,30 +115,29 @@ def verifiable(req: Req) -> bool:
     raise NotImplementedError("ch24: True for a greedy request whose parameters are chapter 1's plain SamplingParams.")
 
 
-class SpeculativeDecoder:
-    """Turns decode batches into verify batches, and runs and settles those in the scheduler's
-    place (its `_forward` and `_process_last_data` pass every other batch on)."""
+class SpeculativeDecoder(PolicyLayer):
+    """Turns decode batches into verify batches, and runs and settles those; every other
+    batch goes to the policy it wraps."""
 
-    def __init__(self, scheduler: Scheduler, inner: BatchPicker) -> None:
+    def __init__(self, scheduler: Scheduler, inner: StepPolicy) -> None:
+        super().__init__(inner)
         config = scheduler.config
         self.scheduler = scheduler
-        self.inner = inner  # the picker this policy replaces
         self.k = config.speculative_tokens
         self.ngram_max, self.ngram_min = config.ngram_max, config.ngram_min
         self.stats = SpeculativeStats()
-        self.plain_forward = scheduler._forward
-        self.plain_process = scheduler._process_last_data
-        scheduler._forward = self.forward  # type: ignore[method-assign]
-        scheduler._process_last_data = self.process  # type: ignore[method-assign]
-        scheduler.overlap = False  # drafts are made from the tokens of the step before
 
-    def __call__(self) -> Batch | None:
-        """The next batch: the inner picker's, with a decode batch turned into a verify batch.
+    @property
+    def allows_overlap(self) -> bool:
+        return False  # drafts are made from the tokens of the step before
+
+    def pick_batch(self) -> Batch | None:
+        """The next batch: the inner policy's, with a decode batch turned into a verify batch.
 
         A prefill (or mixed) batch, None, or a decode batch with a request that is not
         `verifiable` is returned as it is. Otherwise `draft` the batch's requests; when it
         returns None (no drafts this step), the decode batch runs plainly."""
-        raise NotImplementedError("ch24: The next batch: the inner picker's, with a decode batch turned into a verify batch.")
+        raise NotImplementedError("ch24: The next batch: the inner policy's, with a decode batch turned into a verify batch.")
 
     def draft_counts(self, reqs: list[Req]) -> list[int] | None:
         """How many drafts each request takes this step, or None for a plain decode step.
@@ -190,37 +190,34 @@ class SpeculativeDecoder:
         )
         pool[index] = make_device_tensor(values, pool.dtype, device)
 
-    def forward(self, forward_input: ForwardInput) -> ForwardOutput:
+    def run_batch(self, forward_input: ForwardInput) -> ForwardOutput:
         """Run a verify batch, keeping every token's logits; pass any other batch on.
 
-        A batch that is not a VerifyBatch goes to `plain_forward`. In a verify batch's
-        "prefill" layout, attn_metadata.last_indices becomes every token's row (0 .. tokens - 1,
-        on the batch's device), so the model returns the logits of all of them (in the
-        "decode" layout every row is a last token already); the engine's `forward_batch` then
-        gives the greedy choice after each token. Record the step in the scheduler's stats as
-        ("decode", requests, tokens). The ledgers do not move here: `process` rolls them to
-        what was kept."""
+        A batch that is not a VerifyBatch goes to the inner policy's `run_batch`. In a verify
+        batch's "prefill" layout, attn_metadata.last_indices becomes every token's row
+        (0 .. tokens - 1, on the batch's device), so the model returns the logits of all of
+        them (in the "decode" layout every row is a last token already); the engine's
+        `forward_batch` then gives the greedy choice after each token. Record the step in the
+        scheduler's stats as ("decode", requests, tokens). The ledgers do not move here:
+        `settle_batch` rolls them to what was kept."""
         raise NotImplementedError("ch24: Run a verify batch, keeping every token's logits; pass any other batch on.")
 
-    def process(self, data: ForwardData | None) -> list[TokenOutput]:
+    def settle_batch(self, data: ForwardData | None) -> list[TokenOutput]:
         """Settle a verify batch's results; pass any other batch (or None) on.
 
         Wait for the copy's event; each request's choices are its drafts + 1 consecutive
         tokens of next_tokens_cpu. Inside one `lazy_free_region`, per request: count the
-        accepted drafts (`accepted_length`), then append the accepted drafts and the model's
-        next token one by one (`append_host`), each checked by the scheduler's
-        `_finish_reason` and reported as a TokenOutput, stopping at the first that finishes.
-        Record the drafted and accepted counts (`self.stats.record`), `roll_back` the ledger
-        and pages to the host sequence's length; a finished request leaves the running set
-        and frees its row and KV (`_free_req_resources`), the others get their newest token
-        written into the token pool at device_len - 1 (one write for the batch). Afterwards
-        count the verify step, set the scheduler's finished_reqs to this step's finishers and
-        add the outputs to its generated_tokens."""
+        accepted drafts (`accepted_length`) and hand the accepted drafts and the model's next
+        token to the scheduler's `append_tokens` (which stops at the first that finishes the
+        request). Record the drafted and accepted counts (`self.stats.record`), and
+        `roll_back` the ledger and pages to the host sequence's length. A finished request is
+        `release`d; the others get their newest token written into the token pool at
+        device_len - 1 (one write for the batch). Afterwards count the verify step."""
         raise NotImplementedError("ch24: Settle a verify batch's results; pass any other batch (or None) on.")
 
 
-def speculative_policy(scheduler: Scheduler, inner: BatchPicker) -> BatchPicker:
-    """Chapter 24's picker for a scheduler whose config asks for drafts (speculative_tokens
+def speculative_policy(scheduler: Scheduler, inner: StepPolicy) -> StepPolicy:
+    """Chapter 24's policy for a scheduler whose config asks for drafts (speculative_tokens
     > 0); else `inner`, unchanged."""
     if scheduler.config.speculative_tokens == 0:
         return inner

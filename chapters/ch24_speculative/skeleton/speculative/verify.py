@@ -36,7 +36,7 @@ def roll_back(cache_manager: CacheManager, req: Req, seq_len: int) -> None:
     seq_len and cached_len = seq_len - 1, as after a plain decode step (the K/V of every kept
     token but the newest is valid; the newest one's is computed by the next step). The request
     keeps the pages up to ceil(cached_len / page); the pages from there up to
-    ceil(old device_len / page) go back to the free list (`_free`: inside a lazy_free_region,
+    ceil(old device_len / page) go back to the free list (`free`: inside a lazy_free_region,
     at its end). A kept page may hold rejected K/V past cached_len: those slots are written
     again before anything reads them.
     """

@@ -1,13 +1,13 @@
 """Offline throughput: minisgl's LLM.generate against transformers' batched generate, one run.
 
-    python benchmark/offline.py                       # both CPU workloads on SmolLM2
-    python benchmark/offline.py --workload uniform    # 32 prompts x 64 new tokens
-    python benchmark/offline.py --workload mixed      # 64 requests, lengths uniform in [16, 256]
-    python benchmark/offline.py --workload official --model random-qwen3-0.6b \
+    python -m benchmark offline                       # both CPU workloads on SmolLM2
+    python -m benchmark offline --workload uniform    # 32 prompts x 64 new tokens
+    python -m benchmark offline --workload mixed      # 64 requests, lengths uniform in [16, 256]
+    python -m benchmark offline --workload official --model random-qwen3-0.6b \
         --dtype bfloat16 --variants minisgl,no-graphs,no-overlap,torch-backend,transformers
-    python benchmark/offline.py --workload official --model random-qwen3-0.6b \
+    python -m benchmark offline --workload official --model random-qwen3-0.6b \
         --dtype bfloat16 --variants minisgl,triton-backend   # chapter 22's attention
-    python benchmark/offline.py --workload official --model random-qwen3-0.6b \
+    python -m benchmark offline --workload official --model random-qwen3-0.6b \
         --dtype bfloat16 --tp 2                       # tensor parallel over 2 GPUs
 
 The official workload (for a GPU) is 256 requests with input and output lengths uniform in
@@ -35,9 +35,8 @@ import multiprocessing
 import os
 import statistics
 import sys
-import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TypeVar
@@ -55,11 +54,10 @@ from minisgl.benchmark import (
     run_transformers,
     speedups,
 )
-from minisgl.benchmark.offline import save_random_checkpoint
 
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_MODEL = ROOT / "models" / "SmolLM2-135M-Instruct"
-RANDOM_MODEL = "random-qwen3-0.6b"
+from .checkpoints import DEFAULT_MODEL, RANDOM_MODEL, resolve_model
+from .scheduler_probes import StepClock, StepTable
+
 # The engine's settings of each variant: everything on, then one feature off at a time.
 VARIANTS: dict[str, dict[str, object]] = {
     "minisgl": {},
@@ -81,139 +79,6 @@ VARIANT_ENV: dict[str, dict[str, str]] = {
     "row-major": {"MINISGL_CPU_LAYOUT": "row"},
 }
 T = TypeVar("T")
-StepTable = list[tuple[str, str, int, float, dict[str, float]]]  # StepClock.table()
-
-
-def build_random_model(path: Path, dtype: torch.dtype) -> Path:
-    """Qwen3-0.6B's architecture with random weights, saved once as a checkpoint at `path`."""
-    if (path / "config.json").is_file():
-        return path
-    from transformers import Qwen3Config
-
-    config = Qwen3Config(
-        vocab_size=151936,
-        hidden_size=1024,
-        intermediate_size=3072,
-        num_hidden_layers=28,
-        num_attention_heads=16,
-        num_key_value_heads=8,
-        head_dim=128,
-        max_position_embeddings=40960,
-        rope_theta=1000000.0,
-        rms_norm_eps=1e-6,
-        tie_word_embeddings=True,
-    )
-    # Initialised on the CPU, as when the committed H200 results were measured.
-    tokenizer = ROOT / "models" / "tiny-qwen3"
-    return save_random_checkpoint(config, path, tokenizer, init_device="cpu", dtype=dtype)
-
-
-def resolve_model(name: str, dtype: torch.dtype) -> Path:
-    """A checkpoint directory, or the random Qwen3-0.6B (built under build/ on first use)."""
-    return (
-        build_random_model(ROOT / "build" / RANDOM_MODEL, dtype)
-        if name == RANDOM_MODEL
-        else Path(name)
-    )
-
-
-class StepClock:
-    """Records every scheduler step of the last `LLM.generate` run inside it (the timed one: the
-    warm-up's steps are dropped): the phase and size of the batch the step launched, its wall
-    time, and how that time splits into the step's parts. With overlap, a step schedules and
-    launches batch N+1, then waits for batch N's tokens and processes them: a step that waits
-    long is bound by the device, one that hardly waits by the host."""
-
-    BUCKETS = (1, 16, 64, 128, 192, 256, 10**9)
-    PARTS = ("schedule", "launch", "wait", "process")  # with overlap, in this order
-
-    def __init__(self) -> None:
-        self.steps: list[tuple[str, int, float, dict[str, float]]] = []
-        self._parts: dict[str, float] = {}
-
-    def _timed(self, part: str, function: Callable) -> Callable:
-        clock = self
-
-        def timed(*args: object, **kwargs: object) -> object:
-            start = time.perf_counter()
-            try:
-                return function(*args, **kwargs)
-            finally:
-                elapsed = time.perf_counter() - start
-                clock._parts[part] = clock._parts.get(part, 0.0) + elapsed
-
-        return timed
-
-    def __enter__(self) -> StepClock:
-        from minisgl.llm import LLM
-        from minisgl.scheduler import Scheduler
-
-        clock = self
-        step, process = Scheduler.step, Scheduler._process_last_data
-
-        def timed_step(scheduler: Scheduler) -> list:
-            launched = len(scheduler.stats.steps)
-            clock._parts = {}
-            start = time.perf_counter()
-            outputs = step(scheduler)
-            seconds = time.perf_counter() - start
-            phase, size = ("idle", 0)
-            if len(scheduler.stats.steps) > launched:
-                phase, size, _ = scheduler.stats.steps[-1]
-            clock.steps.append((phase, size, seconds, clock._parts))
-            return outputs
-
-        def waiting_process(scheduler: Scheduler, data: object) -> list:
-            # the wait for the device, timed apart from the processing that follows it
-            if data is not None and data[1].copy_done_event is not None:
-                clock._timed("wait", data[1].copy_done_event.synchronize)()
-            return clock._timed("process", process)(scheduler, data)
-
-        generate = LLM.generate
-
-        def fresh_generate(llm: LLM, *args: object, **kwargs: object) -> list:
-            clock.steps.clear()
-            return generate(llm, *args, **kwargs)
-
-        self._patches = [
-            mock.patch.object(Scheduler, "step", timed_step),
-            mock.patch.object(
-                Scheduler,
-                "_schedule_next_batch",
-                self._timed("schedule", Scheduler._schedule_next_batch),
-            ),
-            mock.patch.object(Scheduler, "_forward", self._timed("launch", Scheduler._forward)),
-            mock.patch.object(Scheduler, "_process_last_data", waiting_process),
-            mock.patch.object(LLM, "generate", fresh_generate),
-        ]
-        for patch in self._patches:
-            patch.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for patch in self._patches:
-            patch.stop()
-
-    @classmethod
-    def summed_parts(cls, parts: Iterable[dict[str, float]]) -> dict[str, float]:
-        """Seconds of each of PARTS over the given steps' parts (0 for a part none of them had)."""
-        parts = list(parts)
-        return {k: sum(part.get(k, 0.0) for part in parts) for k in cls.PARTS}
-
-    def table(self) -> StepTable:
-        """(phase, batch sizes, steps, seconds, seconds of each part) for each phase and bucket
-        of batch sizes that has steps (a step that launched nothing is in no bucket)."""
-        rows = []
-        for phase in ("prefill", "decode"):
-            for low, high in zip(self.BUCKETS, self.BUCKETS[1:]):
-                steps = [
-                    (s, parts) for p, n, s, parts in self.steps if p == phase and low <= n < high
-                ]
-                if steps:
-                    parts = self.summed_parts(part for _, part in steps)
-                    label = f"{low}-{high - 1}" if high < 10**9 else f"{low}+"
-                    rows.append((phase, label, len(steps), sum(s for s, _ in steps), parts))
-        return rows
 
 
 def run_variant(
@@ -386,8 +251,10 @@ def report_medians(
             )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark offline", description=__doc__.splitlines()[0]
+    )
     parser.add_argument(
         "--model", default=str(DEFAULT_MODEL), help=f"a checkpoint directory, or {RANDOM_MODEL}"
     )
@@ -458,7 +325,3 @@ def main(argv: list[str] | None = None) -> int:
         if args.repeat > 1:
             report_medians(args, name, work, device, runs)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
