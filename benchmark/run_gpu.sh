@@ -103,7 +103,7 @@ for stage in ${STAGES//,/ }; do
       python3 -m benchmark speculative --model random-qwen3-0.6b --dtype bfloat16 \
           --output-len 256 ${SPEC_ARGS:-} --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/speculative.log" ;;
     structured)  # chapter 25: JSON validity and the mask's cost per step, overlap on and off
-      python3 -m benchmark structured --model models/tiny-qwen3 --dtype bfloat16 \
+      python3 -m benchmark structured --model models/tiny-qwen3 --dtype bfloat16 --rounds 3 \
           --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/structured.log" ;;
     moe)  # chapter 20: Qwen3-30B-A3B shape, engine and transformers in one run
       python3 -m benchmark moe --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/moe.log" ;;

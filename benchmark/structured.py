@@ -9,6 +9,12 @@ is parsed and validated with jsonschema. The mask's time is what `GrammarSampler
 accepting the last tokens and filling the bitmask (`mask_seconds`), per step with a constrained
 row; a step's time is the generation's wall time over its scheduler steps. On a GPU, with overlap,
 the mask is filled while the device runs the forward; on the CPU nothing overlaps.
+
+Each of the three runs (free, constrained with overlap, constrained without) is a fresh engine
+whose warm-up generates the whole prompt set once, so every batch size the timed run meets has
+run before (kernels compiled, grammars compiled). With `--rounds N` the three runs are repeated
+N times, each round in another order (rotated), so that a run's place in the sequence cannot
+pass for its effect.
 """
 
 from __future__ import annotations
@@ -68,11 +74,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--dtype", default=None, choices=[None, "bfloat16", "float32"])
     parser.add_argument("--prompts", type=int, default=50)
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=1, help="each round in another order")
     parser.add_argument("--json", type=Path, default=None, help="append result lines here")
     args = parser.parse_args(argv)
     dtype = getattr(torch, args.dtype) if args.dtype else None
     runs = [("none", True), ("json_schema", True), ("json_schema", False)]
-    for constraint, overlap in runs:
+    schedule = [
+        (round_, position, run)
+        for round_ in range(args.rounds)
+        for position, run in enumerate(runs[round_ % 3 :] + runs[: round_ % 3])
+    ]
+    for round_, position, (constraint, overlap) in schedule:
         with LLM(args.model, dtype=dtype, enable_overlap=overlap, show_progress=False) as llm:
             prompts = [
                 chat_prompt(llm.tokenizer, f"Describe {s} as JSON.")
@@ -83,7 +95,7 @@ def main(argv: list[str]) -> int:
                 if constraint == "none"
                 else StructuredParams(max_tokens=args.max_tokens, json_schema=SCHEMA)
             )
-            llm.generate(prompts[:1], params)  # warm-up: the grammar's compiler, the kernels
+            llm.generate(prompts, params)  # warm-up: every batch size, every grammar
             sampler, stats = llm.scheduler.engine.sampler, llm.scheduler.stats
             mask_s, masked, steps = sampler.mask_seconds, sampler.masked_steps, len(stats.steps)
             start = time.perf_counter()
@@ -96,6 +108,8 @@ def main(argv: list[str]) -> int:
                 "model": Path(args.model).name,
                 "constraint": constraint,
                 "overlap": overlap,
+                "round": round_ + 1,
+                "position": position + 1,  # its place in the round's order, 1 to 3
                 "prompts": len(prompts),
                 "valid": sum(valid(o["text"]) for o in outputs),
                 "steps": steps,

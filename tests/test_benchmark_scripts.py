@@ -267,6 +267,27 @@ def test_speculative_measures_each_k_on_both_workloads_with_plain_tokens(tmp_pat
     assert all(r["tokens_per_step"] == 1.0 for r in random_plain), "one token per plain step"
 
 
+@pytest.mark.slow
+def test_structured_varies_the_order_of_its_runs_from_round_to_round(tmp_path: Path) -> None:
+    """Chapter 25's benchmark, small: three runs a round (free; constrained, overlap on and
+    off), each round in another order, every constrained answer valid JSON."""
+    results = tmp_path / "results.jsonl"
+    model = str(require_model(MODEL))
+    small = ["--prompts", "2", "--max-tokens", "96", "--rounds", "3"]
+    done = run_benchmark("structured", "--model", model, *small, "--json", str(results))
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = read_results(results)
+    runs = [(r["constraint"], r["overlap"]) for r in records]
+    assert len(records) == 9 and len(set(runs)) == 3
+    orders = [tuple(runs[i : i + 3]) for i in (0, 3, 6)]
+    assert len(set(orders)) == 3, "each round in another order"
+    for record in records:
+        assert_provenance(record, "structured")
+        assert 1 <= record["position"] <= 3 and 1 <= record["round"] <= 3
+        if record["constraint"] == "json_schema":
+            assert record["valid"] == record["prompts"] and record["masked_steps"] > 0
+
+
 @pytest.mark.parametrize("subcommand", list(SUBCOMMANDS))
 def test_every_subcommand_imports_and_parses_its_flags(subcommand: str) -> None:
     done = run_benchmark(subcommand, "--help")

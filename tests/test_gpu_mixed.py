@@ -43,6 +43,26 @@ def test_mixed_and_optimistic_give_transformers_tokens_on_cuda_in_float32(mode):
     assert tuple(tuple(out["token_ids"]) for out in outs) == hf_tokens()
 
 
+# 120 pages hold the largest request's worst case (79 + 24 tokens and a page) and little more:
+# optimistic admission fills them with prompts, and 5 of the 9 requests are preempted, each once
+# (the same on the CPU, where float32 gives the same tokens; the count is asserted and printed).
+TIGHT_PAGES = 120
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_pool_that_preempts_most_requests_still_gives_transformers_tokens(overlap):
+    with float32_llm(num_pages=TIGHT_PAGES, admission="optimistic", enable_overlap=overlap) as llm:
+        outs = llm.generate(prompts(), SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True))
+        preemptions = llm.scheduler.policy.preemptor.preemptions
+        assert llm.scheduler.status().integrity_ok
+    print(
+        f"tight pool of {TIGHT_PAGES} pages, overlap {overlap}: {preemptions} preemptions "
+        f"of {len(prompts())} requests"
+    )
+    assert preemptions > len(prompts()) // 2, "most requests must be preempted"
+    assert tuple(tuple(out["token_ids"]) for out in outs) == hf_tokens()
+
+
 @pytest.mark.skipif(not HAS_GPU, reason="needs CUDA and flashinfer")
 def test_flashinfer_runs_mixed_optimistic_batches_to_the_end(qwen3_h128):  # noqa: F811
     prompts_ = long_prompts(12, seed=5)
