@@ -797,7 +797,8 @@ def split_kv_chunks(data: dict) -> tuple[str, str]:
         "chunk s by exp(LSE_s - max LSE), normalised (bars), its share of the whole softmax. "
         "A short last chunk holds little of the mass."
     )
-    return svg(left + width + 20, base + 30, body, caption), caption
+    # Room on the right for a short last chunk's label, centred on it.
+    return svg(left + width + 60, base + 30, body, caption), caption
 
 
 # --- chapter 25: how many tokens the grammar allows at each step ------------------------------
@@ -810,15 +811,19 @@ def allowed_tokens(data: dict) -> tuple[str, str]:
     vocab, tokens, allowed = data["vocab"], data["tokens"], data["allowed"]
     col, height, left, top = 26, 150, 56, 14
     base = top + height
-    top_log = math.log10(vocab)
+
+    # A log axis that starts at 1/2, not 1, so that a forced token's bar (1 allowed) has height.
+    def bar_height(count: float) -> float:
+        return math.log10(2 * count) / math.log10(2 * vocab) * height
+
     body = []
-    for exponent in range(int(top_log) + 1):
-        y = base - exponent / top_log * height
+    for exponent in range(int(math.log10(vocab)) + 1):
+        y = base - bar_height(10**exponent)
         body += [line(left - 4, y, left + len(tokens) * col, y, dash=True)]
         body.append(text(left - 8, y + 4, f"{10**exponent:,}", 9, "end"))
     for i, (piece, count) in enumerate(zip(tokens, allowed)):
         x = left + i * col
-        h = max(2.0, math.log10(count) / top_log * height) if count > 1 else 2.0
+        h = bar_height(count)
         color = COLORS["dropped"] if count == 1 else (OWNERS[0] if count < 100 else OWNERS[1])
         body.append(rect(x + 2, base - h, col - 4, h, color, f"{piece!r}: {count:,} allowed"))
         body.append(text(x + col / 2, base + 14, piece.strip() or "␣", 9, "middle"))
@@ -836,7 +841,8 @@ def allowed_tokens(data: dict) -> tuple[str, str]:
     forced = sum(1 for count in allowed if count == 1)
     caption = (
         f"The main's first JSON answer, token by token: how many of the {vocab:,} tokens the "
-        f"grammar allowed before each one (log scale). {forced} of its {len(tokens)} tokens "
+        "grammar allowed before each one (log scale from 1/2, so that a forced token's bar "
+        f"reaches the line of 1). {forced} of its {len(tokens)} tokens "
         "were forced; the model chose freely only inside the name string, and among a handful "
         "of tokens everywhere else (digits in bounds, the enum's values, the next key)."
     )
