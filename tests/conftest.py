@@ -43,6 +43,13 @@ settings.register_profile(
     phases=[Phase.explicit, Phase.generate],
 )
 settings.load_profile("course")
+# In a worker of pytest-xdist (CI runs two), torch takes the worker's share of the cores, and so
+# do the processes a test starts: two workers of as many threads as there are cores would run
+# twice as many threads as cores, and OpenMP's threads spin while they wait for each other.
+if workers := os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _share = max(1, (os.cpu_count() or 1) // int(workers))
+    torch.set_num_threads(_share)
+    os.environ.setdefault("OMP_NUM_THREADS", str(_share))
 MODELS = ROOT / "models"
 SMOLLM2 = MODELS / "SmolLM2-135M-Instruct"
 # tools/provision.py's dense tiny checkpoints, by their short name ("qwen3" for tiny-qwen3).

@@ -270,20 +270,19 @@ def test_speculative_measures_each_k_on_both_workloads_with_plain_tokens(tmp_pat
 @pytest.mark.slow
 def test_structured_varies_the_order_of_its_runs_from_round_to_round(tmp_path: Path) -> None:
     """Chapter 25's benchmark, small: three runs a round (free; constrained, overlap on and
-    off), each round in another order, every constrained answer valid JSON."""
+    off), the second round in another order, every constrained answer valid JSON."""
     results = tmp_path / "results.jsonl"
     model = str(require_model(MODEL))
-    small = ["--prompts", "2", "--max-tokens", "96", "--rounds", "3"]
+    small = ["--prompts", "1", "--max-tokens", "96", "--rounds", "2"]
     done = run_benchmark("structured", "--model", model, *small, "--json", str(results))
     assert done.returncode == 0, done.stderr[-2000:]
     records = read_results(results)
     runs = [(r["constraint"], r["overlap"]) for r in records]
-    assert len(records) == 9 and len(set(runs)) == 3
-    orders = [tuple(runs[i : i + 3]) for i in (0, 3, 6)]
-    assert len(set(orders)) == 3, "each round in another order"
+    assert len(records) == 6 and len(set(runs)) == 3
+    assert runs[:3] != runs[3:], "the second round in another order"
     for record in records:
         assert_provenance(record, "structured")
-        assert 1 <= record["position"] <= 3 and 1 <= record["round"] <= 3
+        assert 1 <= record["position"] <= 3 and 1 <= record["round"] <= 2
         if record["constraint"] == "json_schema":
             assert record["valid"] == record["prompts"] and record["masked_steps"] > 0
 
