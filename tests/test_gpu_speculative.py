@@ -74,12 +74,10 @@ def run(model, prompts_, max_tokens: int, **config):
     return [out["token_ids"] for out in outs], seconds, stats
 
 
-@pytest.mark.parametrize("backend", ["torch", "triton"])
-@pytest.mark.parametrize("k", [1, 4])
-def test_spec_gives_transformers_tokens_on_cuda_in_float32(backend, k, layouts):
-    path = require_model(TINY_MODELS["qwen3"])
+def float32_spec_run(backend: str, k: int):  # noqa: ANN201 - (tokens, SpeculativeStats)
+    """The parity prompts on the tiny Qwen3 in float32 with k drafts: tokens and stats."""
     tokens, _, stats = run(
-        path,
+        require_model(TINY_MODELS["qwen3"]),
         prompts(),
         MAX_TOKENS,
         device="cuda",
@@ -90,6 +88,13 @@ def test_spec_gives_transformers_tokens_on_cuda_in_float32(backend, k, layouts):
         # graphs go up to max_running_req rows: room for 9 requests' verify steps as rows
         max_running_req=64,
     )
+    return tokens, stats
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("k", [1, 4])
+def test_spec_gives_transformers_tokens_on_cuda_in_float32(backend, k, layouts):
+    tokens, stats = float32_spec_run(backend, k)
     print(
         f"{backend} k={k}: {stats.accepted} of {stats.drafted} drafts accepted; layouts "
         f"{layouts.count('decode')} as graph rows, {layouts.count('prefill')} as extends"
@@ -164,19 +169,8 @@ def oracle_drafter(prompts_: list[list[int]], tokens: list[list[int]]):  # noqa:
 def test_oracle_drafts_are_all_accepted_in_float32(backend, layouts, monkeypatch):
     """Every verify step accepts all its drafts, so verify, the token pool's newest token and
     the rollback of the drafts' pages run on every step, and the tokens stay transformers'."""
-    path = require_model(TINY_MODELS["qwen3"])
     monkeypatch.setattr(policy_module, "propose_drafts", oracle_drafter(prompts(), hf_tokens()))
-    tokens, _, stats = run(
-        path,
-        prompts(),
-        MAX_TOKENS,
-        device="cuda",
-        dtype=torch.float32,
-        attention_backend=backend,
-        speculative_tokens=4,
-        page_size=4,
-        max_running_req=64,
-    )
+    tokens, stats = float32_spec_run(backend, 4)
     share = stats.accepted / stats.drafted
     print(
         f"oracle, {backend} float32 k=4: {stats.accepted} of {stats.drafted} drafts accepted "
