@@ -82,7 +82,7 @@ def main(argv: list[str]) -> int:
     schedule = [
         (round_, position, run)
         for round_ in range(args.rounds)
-        for position, run in enumerate(runs[round_ % 3 :] + runs[: round_ % 3])
+        for position, run in enumerate(runs[round_ % len(runs) :] + runs[: round_ % len(runs)])
     ]
     for round_, position, (constraint, overlap) in schedule:
         with LLM(args.model, dtype=dtype, enable_overlap=overlap, show_progress=False) as llm:

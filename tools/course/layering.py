@@ -52,18 +52,30 @@ def later_names(course: Course, k: int) -> dict[str, str]:
     return {name: path for name, path in later.items() if name not in earlier}
 
 
-def mentioned_modules(tree: ast.Module, nodes: list[ast.AST]) -> list[tuple[int, str]]:
-    """(line, module) for every minisgl module these nodes import or name in a string."""
+def imported_modules(node: ast.AST, path: str) -> list[str]:
+    """The minisgl modules an import statement in the file at `path` (under minisgl/) may load:
+    `from a import b` names a and a.b (b may be a module), relative imports resolved from the
+    file's package; [] for any other node."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names if a.name.startswith("minisgl.")]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    base = node.module or ""
+    if node.level:  # relative: from the file's package, up level - 1
+        package = ["minisgl", *path.split("/")[:-1]]
+        base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+    if base != "minisgl" and not base.startswith("minisgl."):
+        return []
+    return [base, *(f"{base}.{alias.name}" for alias in node.names)]
+
+
+def mentioned_modules(nodes: list[ast.AST], path: str) -> list[tuple[int, str]]:
+    """(line, module) for every minisgl module these nodes of the file at `path` import or
+    name in a string."""
     found: list[tuple[int, str]] = []
     for node in nodes:
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if node.module == "minisgl":
-                found += [(node.lineno, f"minisgl.{alias.name}") for alias in node.names]
-            elif node.module.startswith("minisgl."):
-                found.append((node.lineno, node.module))
-        elif isinstance(node, ast.Import):
-            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("minisgl.")]
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+        found += [(getattr(node, "lineno", 0), m) for m in imported_modules(node, path)]
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
             if node.value.startswith("minisgl.") and " " not in node.value:
                 found.append((node.lineno, node.value))
     return found
@@ -96,7 +108,7 @@ def later_mentions(course: Course, k: int) -> list[tuple[str, int, str]]:
         nodes = runtime_nodes(tree)
         bound = {n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
         bound |= {a.arg for n in nodes if isinstance(n, ast.arguments) for a in n.args}
-        for line, module in mentioned_modules(tree, nodes):
+        for line, module in mentioned_modules(nodes, path):
             files = module_files(course, module)
             if files and not set(files) & present:
                 owner = min(course.file_owner[f] for f in files)
@@ -115,23 +127,11 @@ def imported_files(tree: ast.Module, path: str, present: set[str]) -> set[str]:
     """The files of `present` (paths under minisgl/) that the module at `path` loads with
     its import statements at run time, inside functions too; type-only imports and strings
     do not count (the composition root names every part as a string, loaded lazily)."""
-    package = ["minisgl", *path.split("/")[:-1]]
     found: set[str] = set()
     for node in runtime_nodes(tree):
-        modules: list[str] = []
-        if isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:  # relative: from the file's package, up level - 1
-                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
-            if base == "minisgl" or base.startswith("minisgl."):
-                modules.append(base)
-                # `from minisgl.a import b` loads the module a/b when there is one
-                modules += [f"{base}.{alias.name}" for alias in node.names]
-        elif isinstance(node, ast.Import):
-            modules += [a.name for a in node.names if a.name.startswith("minisgl.")]
-        for module in modules:
-            path = module_path(module)
-            found |= {f"{path}.py", f"{path}/__init__.py"} & present
+        for module in imported_modules(node, path):
+            file = module_path(module)
+            found |= {f"{file}.py", f"{file}/__init__.py"} & present
     return found
 
 
