@@ -13,6 +13,7 @@ Maintainers (CI):
     .venv/bin/python tools/steps.py capture [K]   rewrite docs/_outputs/ from the reference mains
     .venv/bin/python tools/steps.py mutate [K]    run the catalogue of wrong answers on the tests
     .venv/bin/python tools/steps.py mutate K --write DIR [--only TEXT]   a tree with one mistake
+    .venv/bin/python tools/steps.py mutate [K] --catalogue heldout   mistakes kept from the tests
     .venv/bin/python tools/steps.py sync [--check]   regenerate chapters/*/skeleton/
 """
 
@@ -37,7 +38,7 @@ except ModuleNotFoundError:  # started with a Python that lacks the project's pa
 
 from course import CourseError
 from course.batch import cmd_grade
-from course.mutate import REPORT, cmd_mutate
+from course.mutate import CATALOGUES, REPORT, cmd_mutate
 from course.manifest import Course
 from course.gpu import judge_gpu
 from course.checks import (
@@ -394,6 +395,13 @@ def main(argv: list[str] | None = None) -> int:
     mutate.add_argument("--seed", type=int, default=0, help="which sample")
     mutate.add_argument("--jobs", type=int, default=2, help="mutants tested at once")
     mutate.add_argument("--only", help="only the mutations whose mistake contains this text")
+    mutate.add_argument(
+        "--catalogue",
+        choices=sorted(CATALOGUES),
+        default="mutations",
+        help="mutations.toml (what the tests were written against) or heldout.toml (mistakes "
+        "kept from the test writers, to measure the tests on)",
+    )
     mutate.add_argument(
         "--write",
         type=Path,

@@ -16,6 +16,12 @@ A kill by a crash alone is listed: a segfault may not happen on every run.
 
 The report, docs/_reports/mutations.json, keeps per chapter the counts of the last full run and
 the SHA-256 of the catalogue and of the test file it ran with, so a test can tell a stale entry.
+
+A second catalogue per chapter, chapters/chNN_slug/heldout.toml (same format), holds mistakes
+written from the stubs' docstrings alone by someone who had not read the tests, and is never
+used to write them: `mutate K --catalogue heldout` measures how the tests fare on mistakes
+nobody listed for them. Its report, docs/_reports/heldout.json, keeps the first run's counts
+("before") beside the last ("after").
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ else:  # Python 3.10
 MIN_PER_CHAPTER = 5
 TARGET_KILL_RATE = 0.95
 REPORT = Path("docs") / "_reports" / "mutations.json"
+CATALOGUES = {"mutations": REPORT, "heldout": Path("docs") / "_reports" / "heldout.json"}
 
 
 @dataclass(frozen=True)
@@ -73,11 +80,11 @@ class Mutation:
         return self.stub.partition(":")[2]
 
 
-def catalogue_path(course: Course, k: int) -> Path:
-    return course.root / "chapters" / course.chapter(k).name / "mutations.toml"
+def catalogue_path(course: Course, k: int, catalogue: str = "mutations") -> Path:
+    return course.root / "chapters" / course.chapter(k).name / f"{catalogue}.toml"
 
 
-def sources_digest(course: Course, k: int) -> dict[str, str]:
+def sources_digest(course: Course, k: int, catalogue: str = "mutations") -> dict[str, str]:
     """The report entry's fingerprint of what chapter k's mutants ran with: the SHA-256 of its
     catalogue and of its test file (a change to either makes the entry stale)."""
 
@@ -85,13 +92,13 @@ def sources_digest(course: Course, k: int) -> dict[str, str]:
         return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
 
     return {
-        "catalogue_sha256": sha256(catalogue_path(course, k)),
+        "catalogue_sha256": sha256(catalogue_path(course, k, catalogue)),
         "tests_sha256": sha256(course.root / course.chapter(k).tests),
     }
 
 
-def load_mutations(course: Course, k: int) -> list[Mutation]:
-    path = catalogue_path(course, k)
+def load_mutations(course: Course, k: int, catalogue: str = "mutations") -> list[Mutation]:
+    path = catalogue_path(course, k, catalogue)
     if not path.is_file():
         return []
     try:
@@ -169,13 +176,13 @@ def cmd_mutate(course: Course, args: argparse.Namespace) -> int:
     if args.write:
         return write_mutant(course, args)
     chapters = [args.chapter] if args.chapter is not None else sorted(course.chapters)
-    catalogue = {k: load_mutations(course, k) for k in chapters}
+    catalogue = {k: load_mutations(course, k, args.catalogue) for k in chapters}
     if args.only:
         catalogue = {k: [m for m in ms if args.only in m.mistake] for k, ms in catalogue.items()}
     problems = [
         f"chapter {k} has {len(ms)} mutations (at least {MIN_PER_CHAPTER} needed)"
         for k, ms in catalogue.items()
-        if len(ms) < MIN_PER_CHAPTER and not args.only
+        if len(ms) < MIN_PER_CHAPTER and not args.only and args.catalogue == "mutations"
     ]
     everything = []
     for mutation in (m for ms in catalogue.values() for m in ms):
@@ -229,7 +236,7 @@ def write_mutant(course: Course, args: argparse.Namespace) -> int:
     k = args.chapter
     mutation = None
     if args.only:
-        found = [m for m in load_mutations(course, k) if args.only in m.mistake]
+        found = [m for m in load_mutations(course, k, args.catalogue) if args.only in m.mistake]
         if len(found) != 1:
             raise CourseError(
                 f"--only {args.only!r} matches {len(found)} mistakes of chapter {k} (need 1)"
@@ -249,25 +256,32 @@ def write_report(
     equivalent: list[Mutation],
     args: argparse.Namespace,
 ) -> None:
-    """Update docs/_reports/mutations.json (one entry per chapter, kept from earlier runs); the
-    maintainers' page draws its table from it (`::mutations`)."""
-    path = course.root / REPORT
+    """Update the catalogue's report, docs/_reports/mutations.json or heldout.json (one entry
+    per chapter, kept from earlier runs); the maintainers' page draws its tables from them
+    (`::mutations`). The held-out report keeps a chapter's first run as its "before"."""
+    path = course.root / CATALOGUES[args.catalogue]
     path.parent.mkdir(parents=True, exist_ok=True)
     report = json.loads(path.read_text("utf-8")) if path.is_file() else {}
+    flag = "" if args.catalogue == "mutations" else f" --catalogue {args.catalogue}"
     for k, killed, total in rows:
         if not total:
             continue
-        report[str(k)] = {
+        entry = {
             "chapter": course.chapters[k].name,
             "killed": killed,
             "total": total,
             "date": date.today().isoformat(),
-            "command": f"{PYTHON} tools/steps.py mutate {k} --report",
-            **sources_digest(course, k),
+            "command": f"{PYTHON} tools/steps.py mutate {k}{flag} --report",
+            **sources_digest(course, k, args.catalogue),
             "survivors": [f"{m.stub}: {m.mistake}" for m, _ in survivors if m.chapter == k],
             "equivalent": [
                 f"{m.stub}: {m.mistake}: {m.equivalent}" for m in equivalent if m.chapter == k
             ],
         }
+        if args.catalogue == "heldout":
+            earlier = report.get(str(k), {})
+            keys = ("killed", "total", "date", "tests_sha256", "survivors")
+            entry["before"] = earlier.get("before") or {key: entry[key] for key in keys}
+        report[str(k)] = entry
     ordered = dict(sorted(report.items(), key=lambda item: int(item[0])))
     path.write_text(json.dumps(ordered, indent=2) + "\n", "utf-8")
