@@ -365,3 +365,81 @@ def built_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     result = build_site(ROOT, out)
     assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stderr[-3000:]}"
     return out
+
+
+# --- traces: a scheduler's run in events, the student's against the reference's ---------------
+
+
+def record_forwards(scheduler) -> list[str]:  # noqa: ANN001 - a minisgl Scheduler
+    """Events of every batch the scheduler's engine runs from now on: the phase, each request
+    with its three lengths and table row, and the batch's input ids, positions and KV slots.
+    (Test instrumentation: the engine's forward_batch is wrapped on this one object.)"""
+    events: list[str] = []
+    forward = scheduler.engine.forward_batch
+
+    def recorded(batch, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        reqs = ", ".join(
+            f"{r.uid} (cached {r.cached_len}, device {r.device_len}, max {r.max_device_len}, "
+            f"row {r.table_idx})"
+            for r in batch.reqs
+        )
+        events.append(f"{batch.phase} batch: {reqs}")
+        for name in ("input_ids", "positions", "out_loc"):
+            events.append(f"  its {name}: {getattr(batch, name).tolist()}")
+        return forward(batch, *args, **kwargs)
+
+    scheduler.engine.forward_batch = recorded
+    return events
+
+
+def scheduler_trace(scheduler, requests: list[tuple[list[int], object]]) -> list[str]:  # noqa: ANN001
+    """Queue `requests` (prompt ids, SamplingParams) and step until idle, recording in words
+    what happens: each batch run (`record_forwards`), each token out, who runs and who waits
+    after each step, the free pages, and the integrity check at the end. An exception ends the
+    trace with its name."""
+    forwards = record_forwards(scheduler)
+    events: list[str] = []
+    try:
+        for ids, params in requests:
+            uid = scheduler.add_request(ids, params)
+            events.append(f"queued request {uid}: {len(ids)} prompt tokens, {params}")
+        step = 0
+        while scheduler.has_work:
+            step += 1
+            if step > SCHEDULER_MAX_STEPS:
+                events.append(f"still busy after {SCHEDULER_MAX_STEPS} steps (a request is stuck)")
+                break
+            outputs = scheduler.step()
+            events += [f"step {step}: ran a {event}" for event in forwards]
+            forwards.clear()
+            for out in outputs:
+                reason = f", finished ({out.finish_reason})" if out.finish_reason else ""
+                events.append(f"step {step}: request {out.uid} got token {out.token}{reason}")
+            running = [
+                f"{r.uid} (cached {r.cached_len}, device {r.device_len})"
+                for r in scheduler.decode_manager.running_reqs.values()
+            ]
+            waiting = [p.uid for p in scheduler.prefill_manager.pending_list]
+            events.append(f"step {step}: running {running}; waiting {waiting}")
+            cm = scheduler.cache_manager
+            events.append(f"step {step}: {cm.num_free_pages} of {cm.num_pages} pages free")
+        scheduler.cache_manager.check_integrity()
+        events.append("idle; no page leaked")
+    except Exception as error:  # noqa: BLE001 - the trace ends with what went wrong
+        events += forwards
+        events.append(f"raised {type(error).__name__}: {error}")
+    return events
+
+
+def assert_same_trace(chapter: int, run: Callable[[], list[str]], what: str) -> None:
+    """Run `run()` (a trace) on the student's code, then with chapter `chapter`'s reference
+    stubs in place; fail at the first event where they part."""
+    from course.differential import first_difference, use_reference_stubs
+
+    yours = run()
+    with use_reference_stubs(chapter):
+        reference = run()
+    difference = first_difference(yours, reference)
+    assert difference is None, (
+        f"{what}: your chapter {chapter} code and the reference part at {difference}"
+    )

@@ -19,6 +19,7 @@ import torch
 from conftest import (
     SCHEDULER_MAX_STEPS,
     TINY_MODELS,
+    assert_same_trace,
     encode,
     engine_config,
     generate,
@@ -27,8 +28,13 @@ from conftest import (
     hf_greedy_cached,
     llm_fixture,
     load_tokenizer,
+    random_prompts,
     run_until_idle,
+    scheduler_trace,
 )
+from course.differential import assert_same_call
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from minisgl.core import Req, SamplingParams
 from minisgl.scheduler import Scheduler, SchedulerConfig
@@ -483,3 +489,180 @@ def test_an_eos_sampled_as_the_last_allowed_token_finishes_by_stop(llms, monkeyp
     (out,) = generate(llm, [ids], SamplingParams(max_tokens=n))
     assert out["token_ids"] == expected[:n]
     assert out["finish_reason"] == "stop", "it sampled EOS: that is why it ended"
+
+
+# --- every stub against the reference's (tools/course/differential.py) ------------------------
+# The same generated inputs go to your stub and to the reference's body of it (compiled into
+# your module, so it sees your other code): return values, changes to the arguments and to
+# self, and exceptions must match. The scheduler's stubs show only through its loop: a seeded
+# random workload's trace of events, yours against the chapter's reference stubs.
+
+REQ_SPECS = st.lists(  # (prompt length, tokens already generated, max_tokens, can start cached)
+    st.tuples(st.integers(1, 12), st.integers(0, 4), st.integers(1, 6), st.booleans()),
+    max_size=6,
+)
+
+
+def make_reqs(specs: list[tuple[int, int, int, bool]], first_uid: int = 0) -> list[Req]:
+    """Requests in every state a scheduler holds: fresh prompts, part-decoded, at max_tokens."""
+    reqs = []
+    for i, (prompt_len, generated, max_tokens, cached) in enumerate(specs):
+        generated = min(generated, max_tokens)
+        ids = torch.arange(10, 10 + prompt_len + generated, dtype=torch.int32)
+        req = Req(ids[:prompt_len], i, 0, max_tokens, first_uid + i, greedy(max_tokens))
+        for token in ids[prompt_len:].tolist():
+            req.complete_one()
+            req.append_host(token)
+        if cached and req.device_len > 1:
+            req.cached_len = req.device_len - 1
+        reqs.append(req)
+    return reqs
+
+
+def decode_manager_with(running: list[Req], page_size: int = 4) -> DecodeManager:
+    manager = DecodeManager(page_size)
+    manager.running_reqs = {req.uid: req for req in running}
+    return manager
+
+
+@given(running=REQ_SPECS, batch=REQ_SPECS, page_size=st.sampled_from([1, 4, 16]))
+@settings(max_examples=40)
+def test_decode_manager_stubs_match_the_reference(running, batch, page_size):
+    def build() -> tuple:
+        reqs = make_reqs(running)
+        # the batch: some of the running requests, then new ones (uids after theirs)
+        batch_reqs = reqs[::2] + make_reqs(batch, first_uid=len(reqs))
+        return decode_manager_with(reqs, page_size), batch_reqs
+
+    assert_same_call(DecodeManager.filter_reqs, build=build)
+    assert_same_call(DecodeManager.schedule_next_batch, build=lambda: build()[:1])
+    for which in range(len(running) + 1):
+
+        def removal(which: int = which) -> tuple:
+            manager, batch_reqs = build()
+            reqs = list(manager.running_reqs.values())
+            if which < len(reqs):
+                return manager, reqs[which]
+            # a request the manager does not hold, whose uid a running one reuses
+            stranger = make_reqs([(3, 0, 2, False)])[0]
+            return manager, stranger
+
+        assert_same_call(DecodeManager.remove_req, build=removal)
+
+
+@given(
+    pending=st.lists(st.tuples(st.integers(1, 40), st.integers(1, 24)), max_size=6),
+    running=REQ_SPECS,
+    budget=st.integers(1, 64),
+    free_pages=st.integers(0, 24),
+    rows=st.integers(0, 4),
+    page_size=st.sampled_from([1, 4]),
+)
+@settings(max_examples=40)
+def test_prefill_manager_stubs_match_the_reference(
+    pending, running, budget, free_pages, rows, page_size
+):
+    """Admission over every budget, free pool and row count, from empty to exact fits."""
+    from minisgl.scheduler.cache import CacheManager, create_prefix_cache
+    from minisgl.scheduler.prefill import PrefillManager
+    from minisgl.scheduler.table import TableManager
+    from minisgl.scheduler.utils import PendingReq
+
+    def build() -> tuple:
+        page_table = torch.zeros(8, 128, dtype=torch.int32)
+        cache = CacheManager(
+            free_pages, page_size, page_table, create_prefix_cache("naive", "cpu", page_size)
+        )
+        table = TableManager(8, page_table)
+        for _ in range(8 - rows):
+            table.allocate()
+        decode = decode_manager_with(make_reqs(running), page_size)
+        manager = PrefillManager(cache, table, decode)
+        for i, (prompt_len, max_tokens) in enumerate(pending):
+            ids = torch.arange(10, 10 + prompt_len, dtype=torch.int32)
+            manager.add_one_req(PendingReq(100 + i, ids, greedy(max_tokens)))
+        return manager, budget
+
+    assert_same_call(PrefillManager.new_adder, build=build)
+    assert_same_call(PrefillManager.schedule_next_batch, build=build)
+
+
+@given(
+    specs=REQ_SPECS.filter(bool),
+    tokens=st.lists(st.integers(0, 20), max_size=5),
+    ignore_eos=st.booleans(),
+)
+@settings(max_examples=40)
+def test_finish_reason_and_append_tokens_match_the_reference(scheduler, specs, tokens, ignore_eos):
+    """Token by token, with EOS ids among the tokens and requests one token from max_tokens."""
+    scheduler.eos_token_ids = {3, 7}
+
+    def build(count: int = len(tokens)) -> tuple:
+        req = make_reqs(specs)[-1]
+        req.sampling_params.ignore_eos = ignore_eos
+        room = req.max_device_len - len(req.input_ids)
+        return scheduler, req, tokens[: max(0, min(count, room))]
+
+    assert_same_call(Scheduler.append_tokens, build=build)
+    for token in tokens:
+        assert_same_call(Scheduler.finish_reason, build=lambda: (*build(0)[:2], token))
+
+
+@pytest.fixture(scope="module")
+def scheduler() -> Scheduler:
+    """One scheduler whose stats and EOS ids the per-call comparisons may change: their
+    deep copies hold it, so each side's changes to it are compared."""
+    return Scheduler(SchedulerConfig(str(QWEN3), **config()))
+
+
+WORKLOADS = [  # (seed, page size, KV pool tokens, table rows, prefill budget): tight to loose
+    (0, 1, 96, 2, 512),
+    (1, 4, 64, 8, 512),
+    (2, 16, 1024, 3, 32),
+    (3, 4, 160, 8, 48),
+]
+
+
+def random_requests(seed: int) -> list[tuple[list[int], SamplingParams]]:
+    """Six requests of random prompt lengths and max_tokens; some stop at EOS."""
+    rng = __import__("random").Random(seed)
+    prompts = random_prompts(seed, 6, longest=30)
+    return [
+        (p, SamplingParams(max_tokens=rng.randint(1, 9), ignore_eos=rng.random() < 0.5))
+        for p in prompts
+    ]
+
+
+@pytest.mark.parametrize("seed, page_size, pool_tokens, rows, budget", WORKLOADS)
+def test_the_scheduler_runs_a_workload_as_the_reference_does(
+    seed, page_size, pool_tokens, rows, budget
+):
+    """Scheduler.step, normal_loop, _schedule_next_batch, pick_batch, _prepare_batch,
+    run_batch, settle_batch, add_request: the same batches (with their lengths, rows, input
+    ids, positions and KV slots), tokens, running and waiting sets and free pages, step by
+    step, as with the chapter's reference code."""
+    overrides = dict(
+        max_running_req=rows, num_pages=pool_tokens // page_size, max_extend_tokens=budget
+    )
+
+    def run() -> list[str]:
+        built = Scheduler(SchedulerConfig(str(QWEN3), **config(page_size, **overrides)))
+        built.eos_token_ids |= {11, 12, 13}  # ids the tiny model samples now and then
+        return scheduler_trace(built, random_requests(seed))
+
+    assert_same_trace(7, run, f"workload {seed}")
+
+
+def test_generate_returns_what_the_reference_generate_returns(llms):
+    """LLM.generate on a batch of prompts: text and token ids, with one prompt of ids."""
+    llm = llms(QWEN3)
+    prompts = [*PROMPTS[:3], encode(QWEN3, PROMPTS[3:])[0]]
+    params = [SamplingParams(max_tokens=n, ignore_eos=False) for n in (3, 5, 2, 4)]
+
+    def run() -> list[str]:
+        try:
+            return [repr(out) for out in llm.generate(prompts, params)]
+        except Exception as error:  # noqa: BLE001 - compared with the reference's outcome
+            return [f"raised {type(error).__name__}: {error}"]
+
+    assert_same_trace(7, run, "LLM.generate")
