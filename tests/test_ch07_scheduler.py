@@ -525,29 +525,46 @@ def decode_manager_with(running: list[Req], page_size: int = 4) -> DecodeManager
     return manager
 
 
-@given(running=REQ_SPECS, batch=REQ_SPECS, page_size=st.sampled_from([1, 4, 16]))
+def running_and_batch(running: list, batch: list, page_size: int) -> tuple:
+    """A decode manager running `running`, and a batch of every other one of them followed by
+    new requests (`batch`, uids after theirs)."""
+    reqs = make_reqs(running)
+    return decode_manager_with(reqs, page_size), reqs[::2] + make_reqs(batch, len(reqs))
+
+
+DECODE_INPUTS = dict(running=REQ_SPECS, batch=REQ_SPECS, page_size=st.sampled_from([1, 4, 16]))
+
+
+@given(**DECODE_INPUTS)
 @settings(max_examples=40)
-def test_decode_manager_stubs_match_the_reference(running, batch, page_size):
+def test_filter_reqs_matches_the_reference(running, batch, page_size):
+    assert_same_call(
+        DecodeManager.filter_reqs, build=lambda: running_and_batch(running, batch, page_size)
+    )
+
+
+@given(**DECODE_INPUTS)
+@settings(max_examples=20)
+def test_decode_schedule_next_batch_matches_the_reference(running, batch, page_size):
+    assert_same_call(
+        DecodeManager.schedule_next_batch,
+        build=lambda: running_and_batch(running, batch, page_size)[:1],
+    )
+
+
+@given(**DECODE_INPUTS, which=st.integers(0, 6))
+@settings(max_examples=40)
+def test_remove_req_matches_the_reference(running, batch, page_size, which):
+    """A running request, one that already left, or a stranger whose uid a running one has."""
+
     def build() -> tuple:
-        reqs = make_reqs(running)
-        # the batch: some of the running requests, then new ones (uids after theirs)
-        batch_reqs = reqs[::2] + make_reqs(batch, first_uid=len(reqs))
-        return decode_manager_with(reqs, page_size), batch_reqs
+        manager, batch_reqs = running_and_batch(running, batch, page_size)
+        everyone = list(manager.running_reqs.values()) + batch_reqs
+        if which < len(everyone):
+            return manager, everyone[which]
+        return manager, make_reqs([(3, 0, 2, False)])[0]
 
-    assert_same_call(DecodeManager.filter_reqs, build=build)
-    assert_same_call(DecodeManager.schedule_next_batch, build=lambda: build()[:1])
-    for which in range(len(running) + 1):
-
-        def removal(which: int = which) -> tuple:
-            manager, batch_reqs = build()
-            reqs = list(manager.running_reqs.values())
-            if which < len(reqs):
-                return manager, reqs[which]
-            # a request the manager does not hold, whose uid a running one reuses
-            stranger = make_reqs([(3, 0, 2, False)])[0]
-            return manager, stranger
-
-        assert_same_call(DecodeManager.remove_req, build=removal)
+    assert_same_call(DecodeManager.remove_req, build=build)
 
 
 @given(

@@ -149,17 +149,19 @@ class Tolerance:
 EXACT = Tolerance()
 
 
-def describe(value: Any, limit: int = 120) -> str:
-    """A short text of a value for a report."""
-    try:
-        import torch
+def describe(value: Any, limit: int = 160) -> str:
+    """A short text of a value for a report (its type and public fields where its repr fails,
+    as a dataclass's does while a field is still unset)."""
+    import torch
 
-        if isinstance(value, torch.Tensor):
-            body = value.tolist() if value.numel() <= 16 else f"{value.numel()} values"
-            return f"tensor({body}, dtype={value.dtype}, device={value.device})"
-    except ImportError:  # pragma: no cover - every course environment has torch
-        pass
-    text = repr(value)
+    if isinstance(value, torch.Tensor):
+        body = value.tolist() if value.numel() <= 16 else f"{value.numel()} values"
+        return f"tensor({body}, dtype={value.dtype}, device={value.device})"
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - any repr may fail on a half-built object
+        state = _fields(value) or {}
+        text = f"{type(value).__name__}({', '.join(f'{k}={v!r}' for k, v in state.items())})"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

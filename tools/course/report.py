@@ -119,6 +119,18 @@ def stubs_named_in_test(
     ]
 
 
+# How course.differential's assertion names the stub whose result differs from the reference's.
+DIFFERING_STUB = re.compile(r"([\w.]+) \(minisgl/([\w/]+\.py)\) differs from the reference")
+
+
+def stub_that_differs(course: Course, k: int, message: str) -> list[tuple[str, str]]:
+    """Chapter k's stub that a differential test found to differ from the reference, if any."""
+    found = DIFFERING_STUB.search(message)
+    if found is None or course.stub_owner.get((found[2], found[1])) != k:
+        return []
+    return [(found[2], found[1])]
+
+
 def unwritten(course: Course, snapshot: Snapshot, path: str, symbol: str) -> bool:
     """True when the snapshot still has the stub's NotImplementedError body."""
     target = snapshot.root / "minisgl" / path
@@ -155,9 +167,13 @@ def print_failure(
     message = student_paths(message or "(no message)", course, snapshot)
     console.print("  " + escape(first_lines(message, MESSAGE_LINES)).replace("\n", "\n  "))
     in_trace = stubs_in_traceback(course, k, snapshot, f"{case.message}\n{case.details}")
-    exercised = in_trace + [
-        s for s in stubs_named_in_test(course, k, test_file, case.name) if s not in in_trace
+    differs = stub_that_differs(course, k, case.message or "")
+    exercised = differs + [
+        s
+        for s in in_trace + stubs_named_in_test(course, k, test_file, case.name)
+        if s not in differs
     ]
+    exercised = list(dict.fromkeys(exercised))
     if in_trace:
         path, symbol = in_trace[-1]
         location = student_paths(f"{case.message}\n{case.details}", course, snapshot)
@@ -183,7 +199,7 @@ def print_failure(
     elif exercised:
         path, symbol = next(
             ((p, s) for p, s in exercised if unwritten(course, snapshot, p, s)),
-            in_trace[-1] if in_trace else exercised[0],
+            differs[0] if differs else in_trace[-1] if in_trace else exercised[0],
         )
         console.print(f"[bold]Hint:[/] {symbol} in work/minisgl/{path}:")
         console.print("  " + escape(docstring_hint(course, path, symbol)).replace("\n", "\n  "))
