@@ -160,8 +160,10 @@ def describe(value: Any, limit: int = 160) -> str:
     try:
         text = repr(value)
     except Exception:  # noqa: BLE001 - any repr may fail on a half-built object
-        state = _fields(value) or {}
-        text = f"{type(value).__name__}({', '.join(f'{k}={v!r}' for k, v in state.items())})"
+        text = ""
+    if not text or re.fullmatch(r"<.* object at 0x[0-9a-f]+>", text):
+        fields = ", ".join(f"{k}={describe(v, 60)}" for k, v in (_fields(value) or {}).items())
+        text = f"{type(value).__name__}({fields})"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
