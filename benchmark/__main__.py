@@ -14,6 +14,7 @@ import sys
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "offline": ("throughput", "offline throughput of the engine's variants against transformers"),
     "online": ("online", "a live server under concurrent streaming clients: TTFT, ITL, tok/s"),
+    "peer": ("peer", "upstream mini-sglang beside this engine: offline, one request, online (GPU)"),
     "decode-step": ("decode_step", "a decode step's time at fixed batch sizes (GPU)"),
     "cpu-step": ("cpu_step", "where one CPU decode step goes: its parts and operators"),
     "cpu-versus": ("cpu_versus", "the engine's CPU decode step against transformers'"),

@@ -81,14 +81,17 @@ def idle_metrics(url: str, headers: dict[str, str] | None = None) -> dict[str, f
             return values
 
 
-def warm_up(url: str, model: str, headers: dict[str, str] | None) -> float:
-    """One short completion before the load, so that one-off setup stays out of the figures;
-    returns its seconds."""
-    body = {"model": model, "prompt": "Hello", "max_tokens": 4}
+def warm_up(url: str, model: str, headers: dict[str, str] | None, chat: bool = False) -> float:
+    """One short completion (`chat`: chat completion) before the load, so that one-off setup
+    stays out of the figures; returns its seconds."""
+    body: dict = {"model": model, "max_tokens": 4}
+    if chat:
+        body["messages"] = [{"role": "user", "content": "Hello"}]
+    else:
+        body["prompt"] = "Hello"
+    endpoint = "/v1/chat/completions" if chat else "/v1/completions"
     start = time.perf_counter()
-    response = httpx.post(
-        f"{url}/v1/completions", json=body, headers=headers, timeout=STARTUP_TIMEOUT_S
-    )
+    response = httpx.post(f"{url}{endpoint}", json=body, headers=headers, timeout=STARTUP_TIMEOUT_S)
     response.raise_for_status()
     return time.perf_counter() - start
 
@@ -100,9 +103,14 @@ def free_port() -> int:
 
 
 def launch(
-    name: str, cmd: list[str], port: int, env: dict[str, str] | None = None, quiet: bool = False
+    name: str,
+    cmd: list[str],
+    port: int,
+    env: dict[str, str] | None = None,
+    quiet: bool = False,
+    health: str = "/health",
 ) -> subprocess.Popen:
-    """Start a server and wait until /health answers on `port` (`quiet`: drop its logs)."""
+    """Start a server and wait until `health` answers on `port` (`quiet`: drop its logs)."""
     server = subprocess.Popen(
         cmd,
         cwd=ROOT,
@@ -115,7 +123,7 @@ def launch(
         if server.poll() is not None:
             sys.exit(f"{name} exited with status {server.returncode}")
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+            if httpx.get(f"http://127.0.0.1:{port}{health}", timeout=1).status_code == 200:
                 return server
         except httpx.HTTPError:
             time.sleep(0.5)

@@ -17,6 +17,7 @@
 #   benchmark/run_gpu.sh verdict                             # the judge's GPU verdict, chapter 18
 #   benchmark/run_gpu.sh mixed                               # chapter 23: admission, mixed batches
 #   benchmark/run_gpu.sh spec                                # chapter 24: GPU tests, drafts off/on
+#   benchmark/run_gpu.sh peer                                # upstream mini-sglang beside this engine
 #
 # Expects the wheels in .whl/ and the SmolLM2 tokenizer files in .gpu/tokenizer/ (see
 # benchmark/gpu_report.md): the tiny checkpoints are rebuilt there, byte for byte as here.
@@ -160,6 +161,10 @@ print(resolve_model(RANDOM_MODEL, torch.bfloat16))' | tail -1) || exit 1
       python3 -m benchmark mixed --model random-qwen3-0.6b --dtype bfloat16 --workload official \
           --pool-fraction 0.25 --running 64 --output-len 256 --long-prompt 16384 --budget 2048 \
           --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/mixed.log" ;;
+    peer)  # upstream mini-sglang @20fcd7f (unpacked in .peer/, see benchmark/peer.py) and this
+      # engine alternating, each run a fresh process: offline, one request, online
+      python3 -m benchmark peer --parts "${PEER_PARTS:-offline,single,online}" \
+          --rounds "${PEER_ROUNDS:-2}" --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/peer.log" ;;
     timeline)
       python3 -m benchmark overlap-timeline --out "$OUT/overlap_h200.svg" \
           2>&1 | tee "$OUT/timeline.log" ;;

@@ -56,9 +56,11 @@ class ScriptedServer:
     status: int = 200
     complete: bool = True
     bodies: list[dict[str, Any]] = field(default_factory=list)  # the request bodies it got
+    paths: list[str] = field(default_factory=list)  # and the paths they were posted to
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = (await reader.readuntil(b"\r\n\r\n")).decode().lower()
+        self.paths.append(head.split()[1])
         length = int(head.split("content-length:")[1].split("\r\n")[0])
         self.bodies.append(json.loads(await reader.readexactly(length)))
         writer.write(
@@ -86,7 +88,7 @@ class ScriptedServer:
             yield f"http://127.0.0.1:{port}"
 
 
-def load(server: ScriptedServer, requests: int = 3) -> list[RequestResult]:
+def load(server: ScriptedServer, requests: int = 3, chat: bool = False) -> list[RequestResult]:
     """`requests` streams against the scripted server, all at once, as python -m benchmark online
     sends them."""
 
@@ -103,6 +105,7 @@ def load(server: ScriptedServer, requests: int = 3) -> list[RequestResult]:
                 output_len=OUTPUT_LEN,
                 seed=0,
                 progress=False,
+                chat=chat,
             )
         return results
 
@@ -209,3 +212,37 @@ def test_the_servers_usage_wins_over_counting_pieces(script: Script, tokens: int
     summary = summarize(results, seconds=1.0)
     assert summary["errors"] == 0 and summary["streams_without_text"] == 0
     assert summary["output_tokens"] == tokens * len(results)
+
+
+# --- chat completions, as upstream mini-sglang streams them ----------------------------------
+
+
+def chat_piece(delta: dict[str, str], finish_reason: str | None = None) -> str:
+    choice = {"delta": delta, "index": 0, "finish_reason": finish_reason}
+    return event({"object": "text_completion.chunk", "choices": [choice]})
+
+
+# Upstream mini-sglang @20fcd7f (python/minisgl/server/api_server.py:161-189): a chunk per
+# detokenized piece, the role in the first delta, a closing chunk with an empty delta and
+# "stop", then [DONE]; no usage.
+UPSTREAM_CHAT = [
+    PAUSE_S,
+    chat_piece({"role": "assistant", "content": "Hel"}),
+    *[chat_piece({"content": "lo"}) for _ in range(OUTPUT_LEN - 1)],
+    chat_piece({}, "stop"),
+    DONE,
+]
+
+
+def test_chat_requests_carry_the_prompt_as_a_message_and_count_each_delta_as_a_token() -> None:
+    server = ScriptedServer(UPSTREAM_CHAT)
+    results = load(server, chat=True)
+    assert set(server.paths) == {"/v1/chat/completions"}
+    for body in server.bodies:
+        assert "prompt" not in body and body["messages"][0]["role"] == "user"
+        assert len(body["messages"][0]["content"].split()) == 4  # input_words
+    for result in results:
+        assert result.ok, result.error
+        assert result.output_tokens == OUTPUT_LEN  # no usage: one token per piece
+        assert result.text_chars == len("Hel") + 2 * (OUTPUT_LEN - 1)
+        assert result.ttft_s >= PAUSE_S
