@@ -142,6 +142,9 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--parts", default="offline,single,online")
     parser.add_argument("--rounds", type=int, default=2, help="runs of each engine per part")
+    parser.add_argument(
+        "--first-round", type=int, default=1, help="number of the first round (its order)"
+    )
     parser.add_argument("--tree", type=Path, default=PEER_TREE, help="upstream's unpacked tree")
     parser.add_argument(
         "--loads", default="64:256,256:1024", help="online: streams:requests, comma-separated"
@@ -155,7 +158,7 @@ def main(argv: list[str]) -> int:
     parts = args.parts.split(",")
     figures: dict[tuple[str, str], list[float]] = {}
     for part in parts:
-        for round_ in range(1, args.rounds + 1):
+        for round_ in range(args.first_round, args.first_round + args.rounds):
             order = ["upstream", "minisgl"] if round_ % 2 else ["minisgl", "upstream"]
             for engine in order:
                 if part == "offline":
@@ -165,7 +168,7 @@ def main(argv: list[str]) -> int:
                     records = [single(engine, args.tree, model)]
                     figure = records[0]["ms_per_token"]
                 elif part == "online":
-                    if round_ > 1:
+                    if round_ > args.first_round:
                         continue  # a server per engine: the loads are its rounds
                     records = online(engine, args.tree, model, loads)
                     figure = records[0]["token_throughput"]

@@ -164,7 +164,7 @@ print(resolve_model(RANDOM_MODEL, torch.bfloat16))' | tail -1) || exit 1
     peer)  # upstream mini-sglang @20fcd7f (unpacked in .peer/, see benchmark/peer.py) and this
       # engine alternating, each run a fresh process: offline, one request, online
       python3 -m benchmark peer --parts "${PEER_PARTS:-offline,single,online}" \
-          --rounds "${PEER_ROUNDS:-2}" --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/peer.log" ;;
+          --rounds "${PEER_ROUNDS:-2}" --first-round "${PEER_FIRST_ROUND:-1}" --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/peer.log" ;;
     timeline)
       python3 -m benchmark overlap-timeline --out "$OUT/overlap_h200.svg" \
           2>&1 | tee "$OUT/timeline.log" ;;

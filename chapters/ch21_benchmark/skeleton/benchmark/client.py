@@ -1,6 +1,7 @@
 """The online client: concurrent streaming requests to an OpenAI-compatible server.
 
-Each request streams /v1/completions and records when it was sent, when each piece of its
+Each request streams /v1/completions (or /v1/chat/completions, with the prompt as one user
+message, for a server without the first) and records when it was sent, when each piece of its
 stream arrived (a chunk that carries tokens, `token_piece`) and when the stream ended
 (`RequestResult`); `metrics.summarize` turns the records of a run into latencies and throughput.
 Requests arrive as a Poisson process at `rate` per second (`inf`: all at once), at most
@@ -35,13 +36,19 @@ def make_prompt(rng: random.Random, words: int) -> str:
 def token_piece(choice: dict[str, Any]) -> bool:
     """Whether a streamed completion choice carries tokens.
 
-    In the OpenAI protocol a streamed completion sends a choice for generated output; the usage
-    chunk has no choice at all. A choice's text may be empty and still carry a token: the token
+    In the OpenAI protocol a streamed completion sends a choice for generated output (a chat
+    completion: a `delta`); the usage chunk has no choice at all. A choice's text may be empty
+    and still carry a token: the token
     decodes to nothing (an id beyond the tokenizer's vocabulary) or its bytes wait for the rest
     of a character. The one empty choice that carries none is the closing one some servers send
     with only a finish_reason (transformers serve; OpenAI's chat API): it marks the end.
     """
-    return bool(choice.get("text")) or choice.get("finish_reason") is None
+    return bool(choice_text(choice)) or choice.get("finish_reason") is None
+
+
+def choice_text(choice: dict[str, Any]) -> str:
+    """A streamed choice's text: a completion's `text`, or a chat delta's `content`."""
+    return choice.get("text") or (choice.get("delta") or {}).get("content") or ""
 
 
 def server_error(error: Any) -> str:
@@ -50,7 +57,12 @@ def server_error(error: Any) -> str:
 
 
 async def one_request(
-    http: httpx.AsyncClient, model: str, prompt: str, output_len: int, extra: dict[str, Any]
+    http: httpx.AsyncClient,
+    model: str,
+    prompt: str,
+    output_len: int,
+    extra: dict[str, Any],
+    chat: bool = False,
 ) -> RequestResult:
     """Stream one completion, noting when each piece (a chunk that carries tokens) arrived.
 
@@ -61,7 +73,7 @@ async def one_request(
     """
     body = {
         "model": model,
-        "prompt": prompt,
+        **({"messages": [{"role": "user", "content": prompt}]} if chat else {"prompt": prompt}),
         "max_tokens": output_len,
         "temperature": 0,
         "stream": True,
@@ -72,7 +84,8 @@ async def one_request(
     finish_reason: str | None = None
     usage_tokens: int | None = None
     try:
-        async with http.stream("POST", "/v1/completions", json=body) as response:
+        endpoint = "/v1/chat/completions" if chat else "/v1/completions"
+        async with http.stream("POST", endpoint, json=body) as response:
             if response.status_code != 200:
                 result.error = f"HTTP {response.status_code}: {(await response.aread())[:200]!r}"
                 return result
@@ -89,7 +102,7 @@ async def one_request(
                 for choice in chunk["choices"]:
                     if token_piece(choice):
                         result.piece_s.append(arrived_s)
-                    result.text_chars += len(choice.get("text") or "")
+                    result.text_chars += len(choice_text(choice))
                     finish_reason = choice.get("finish_reason") or finish_reason
     except (httpx.HTTPError, json.JSONDecodeError, KeyError) as error:
         result.error = f"{type(error).__name__}: {error}"
@@ -118,11 +131,13 @@ async def run_load(
     headers: dict[str, str] | None = None,
     progress: bool = True,
     extra: dict[str, Any] | None = None,
+    chat: bool = False,
 ) -> tuple[list[RequestResult], float]:
     """Send the load; returns every request's result and the wall time of the run (from the
     first request sent to the last stream ended). New requests stop after `num_requests` or
     `duration_s`, whichever comes first. `extra` adds fields to every request body (default:
-    `ignore_eos`, a minisgl extension, so each request generates exactly `output_len`)."""
+    `ignore_eos`, a minisgl extension, so each request generates exactly `output_len`);
+    `chat` sends chat completions."""
     extra = {"ignore_eos": True} if extra is None else extra
     rng = random.Random(seed)
     limit = asyncio.Semaphore(concurrency)
@@ -134,7 +149,7 @@ async def run_load(
 
         async def limited(prompt: str) -> None:
             try:
-                result = await one_request(http, model, prompt, output_len, extra)
+                result = await one_request(http, model, prompt, output_len, extra, chat)
             finally:
                 limit.release()
             results.append(result)

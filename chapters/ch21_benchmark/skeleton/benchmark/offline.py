@@ -22,7 +22,7 @@ import torch
 from .workload import Workload
 
 T = TypeVar("T")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")  # what a random checkpoint copies
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")  # copied
 
 
 @dataclass
