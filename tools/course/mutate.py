@@ -218,6 +218,12 @@ def cmd_mutate(course: Course, args: argparse.Namespace) -> int:
                 f"  [yellow]killed only by a crash[/] ch{m.chapter} {m.stub}: {m.mistake}: "
                 f"{run.verdict}"
             )
+        elif run.failures and all(case.timed_out for case in run.failures):
+            # On a loaded machine a correct test may run out of time too: not a sure kill.
+            console.print(
+                f"  [yellow]killed only by a timeout[/] ch{m.chapter} {m.stub}: {m.mistake}: "
+                f"{run.verdict}"
+            )
     for problem in problems:
         console.print(f"  [red]-[/] {problem}")
     console.print(f"{len(chosen)} mutants in {time.monotonic() - started:.0f} s")
