@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import assert_same_trace
+from course.differential import assert_same_call
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+import minisgl.core
 from minisgl.core import Batch, Context, Req, SamplingParams, get_global_ctx
 from minisgl.utils import InvalidRequestError
 
@@ -256,3 +261,203 @@ def test_forward_batch_clears_the_context_after_an_exception():
     # ...so the next forward can start.
     with ctx.forward_batch(batch):
         assert get_global_ctx() is ctx
+
+
+# --- every stub against the reference (tools/course/differential.py) ---
+# The same generated inputs go to your stub and to the reference's body of it (compiled into
+# your module, so it sees your other code): return values, changes to the arguments and to
+# self, and exceptions must match. Req's buffer and the active context live in private state
+# of your own design, so append_host, __post_init__ and forward_batch/get_global_ctx are
+# compared as traces: what a caller sees, step by step, yours against the chapter's reference.
+
+VALID_FIELDS = {
+    "temperature": st.sampled_from([0.0, 1e-6, 0.7, 1.0, 2.5]) | st.floats(0.0, 5.0),
+    "top_k": st.sampled_from([-1, 1, 2, 50]) | st.integers(1, 10**6),
+    "top_p": st.sampled_from([1.0, 1e-3, 0.5]) | st.floats(1e-9, 1.0, exclude_min=False),
+    "max_tokens": st.sampled_from([1, 2, 128, 4096]) | st.integers(1, 10**6),
+    "seed": st.none() | st.sampled_from([0, 1]) | st.integers(0, 2**63),
+}
+INVALID_FIELDS = {  # the edges just outside each range, and far outside it
+    "temperature": st.sampled_from([-1e-9, -0.1, -2.0]),
+    "top_k": st.sampled_from([0, -2, -100]),
+    "top_p": st.sampled_from([0.0, -0.5, 1.0000001, 1.01, 2.0]),
+    "max_tokens": st.sampled_from([0, -1, -100]),
+    "seed": st.sampled_from([-1, -5]),
+}
+
+
+def unchecked_params(**fields) -> SamplingParams:  # noqa: ANN003
+    """SamplingParams with the given fields, __post_init__ not run."""
+    params = SamplingParams.__new__(SamplingParams)
+    for name, value in fields.items():
+        setattr(params, name, value)
+    return params
+
+
+@given(data=st.data(), invalid=st.sampled_from([None, *INVALID_FIELDS]), ignore_eos=st.booleans())
+@settings(max_examples=60)
+def test_sampling_params_post_init_matches_the_reference(data, invalid, ignore_eos):
+    """Every field over its valid range and just outside it, one field out of range at a time
+    (with two out of range, which one an error names is a free choice): the same acceptance,
+    and an InvalidRequestError naming the same field."""
+    fields = {
+        name: data.draw((INVALID_FIELDS if name == invalid else VALID_FIELDS)[name], label=name)
+        for name in VALID_FIELDS
+    }
+    params = unchecked_params(**fields, ignore_eos=ignore_eos)
+    assert_same_call(SamplingParams.__post_init__, params)
+
+
+@given(
+    temperature=st.sampled_from([0.0, 1e-6, 0.5, 1.0]) | st.floats(0.0, 3.0),
+    top_k=st.sampled_from([-1, 1, 2, 50]),
+    top_p=st.sampled_from([1.0, 0.9]),
+)
+@settings(max_examples=40)
+def test_is_greedy_matches_the_reference(temperature, top_k, top_p):
+    params = unchecked_params(temperature=temperature, top_k=top_k, top_p=top_p, max_tokens=4)
+    assert_same_call(SamplingParams.is_greedy.fget, params)
+
+
+def ledger(device_len: int, cached_len: int, max_device_len: int) -> Req:
+    """A Req holding the given ledger, __post_init__ not run: the derived properties and
+    complete_one read and write the three lengths only."""
+    req = Req.__new__(Req)
+    req.input_ids = torch.arange(100, 100 + device_len, dtype=torch.int32)
+    req.table_idx, req.uid, req.cache_handle = 0, 0, None
+    req.output_len = max_device_len - device_len
+    req.sampling_params = unchecked_params(max_tokens=max(1, req.output_len))
+    req.cached_len, req.device_len, req.max_device_len = cached_len, device_len, max_device_len
+    return req
+
+
+# (device_len, cached_len, max_device_len): 0 <= cached < device <= max, each edge included.
+LEDGERS = st.tuples(st.integers(1, 12), st.integers(0, 11), st.integers(0, 4)).map(
+    lambda t: (t[0], min(t[1], t[0] - 1), t[0] + t[2])
+)
+
+
+@given(lengths=LEDGERS)
+@settings(max_examples=40)
+def test_ledger_properties_match_the_reference(lengths):
+    """extend_len, remain_len and can_decode of fresh, cached, decoding and finished ledgers."""
+    for stub in (Req.extend_len, Req.remain_len, Req.can_decode):
+        assert_same_call(stub.fget, ledger(*lengths))
+
+
+@given(lengths=LEDGERS.filter(lambda t: t[1] < t[2]))  # a forward runs while tokens remain
+@settings(max_examples=40)
+def test_complete_one_matches_the_reference(lengths):
+    """After a prefill (all of the prompt uncached), a chunk, or a decode step."""
+    assert_same_call(Req.complete_one, ledger(*lengths))
+
+
+def ledger_events(req: Req, created: torch.UntypedStorage, view: torch.Tensor) -> str:
+    """What a caller sees of a request: the lengths, the sequence, and whether its memory is
+    the buffer made at creation (appending writes in place), with a view taken then intact."""
+    ids = req.input_ids
+    return (
+        f"cached {req.cached_len}, device {req.device_len}, max {req.max_device_len}, "
+        f"extend {req.extend_len}, remain {req.remain_len}, can decode {req.can_decode}; "
+        f"input_ids {ids.tolist()} ({ids.dtype}, {ids.device.type}, {ids.dim()}-D); "
+        f"same memory as at creation: {ids.untyped_storage().data_ptr() == created.data_ptr()}; "
+        f"a view taken at creation reads {view.tolist()}"
+    )
+
+
+@given(
+    prompt_len=st.integers(0, 6),
+    cached_len=st.integers(-1, 7),
+    output_len=st.integers(-1, 4),
+    steps=st.lists(st.sampled_from(["complete_one", "append_host", "both"]), max_size=7),
+)
+@settings(max_examples=60)
+def test_a_request_ledger_evolves_as_the_reference_does(prompt_len, cached_len, output_len, steps):
+    """Req.__post_init__, append_host (with complete_one and the properties): ledgers that
+    keep or break the invariant, then forwards recorded (complete_one) and tokens appended
+    (append_host), together as the scheduler does or apart as the overlap scheduler does, up
+    to max_device_len and one token past it. A broken ledger may be refused with ValueError
+    or AssertionError; appending past max_device_len must raise ValueError."""
+
+    def run() -> list[str]:
+        prompt = torch.arange(100, 100 + prompt_len, dtype=torch.int32)
+        try:
+            req = Req(prompt, 3, cached_len, output_len, 7, SamplingParams())
+        except (ValueError, AssertionError):
+            return ["the ledger is refused"]
+        except Exception as error:  # noqa: BLE001 - compared with the reference's outcome
+            return [f"creating it raised {type(error).__name__}"]
+        created, view = req.input_ids.untyped_storage(), req.input_ids
+        prompt.fill_(-1)  # the caller reuses its tensor: the request must hold its own copy
+        events = [ledger_events(req, created, view)]
+        for i, step in enumerate(steps):
+            if step != "append_host" and req.device_len < req.max_device_len:
+                req.complete_one()
+                events.append(f"complete_one: {ledger_events(req, created, view)}")
+            if step != "complete_one":
+                try:
+                    req.append_host(1000 + i)
+                    events.append(f"append_host: {ledger_events(req, created, view)}")
+                except Exception as error:  # noqa: BLE001 - compared with the reference's
+                    events.append(f"append_host raised {type(error).__name__}")
+                    events.append(ledger_events(req, created, view))
+        return events
+
+    assert_same_trace(1, run, "a request's ledger")
+
+
+CONTEXT_STEPS = st.lists(
+    st.sampled_from(["enter A", "enter B", "exit", "fail", "get", "A.batch", "B.batch"]),
+    max_size=10,
+)
+
+
+@given(steps=CONTEXT_STEPS)
+@settings(max_examples=60)
+def test_forward_batch_and_get_global_ctx_behave_as_the_reference_does(steps):
+    """Context.forward_batch and get_global_ctx: two contexts entered, nested (refused, with
+    RuntimeError or AssertionError, leaving the outer forward running), left normally or by an
+    exception (which must go on up), and the active context and batch asked for between."""
+
+    def run() -> list[str]:
+        contexts = {"A": make_ctx(), "B": make_ctx()}
+        names = {id(ctx): name for name, ctx in contexts.items()}
+        batches = {"A": Batch([], "prefill"), "B": Batch([], "decode")}  # no Req needed
+        batch_names = {id(batch): f"batch {name}" for name, batch in batches.items()}
+        events, open_blocks = [], []
+        for step in steps:
+            try:
+                if step.startswith("enter"):
+                    name = step[-1]
+                    block = contexts[name].forward_batch(batches[name])
+                    entered = block.__enter__()
+                    open_blocks.append(block)
+                    events.append(f"{step}: gave {batch_names.get(id(entered), entered)}")
+                elif step in ("exit", "fail") and open_blocks:
+                    block = open_blocks.pop()
+                    if step == "exit":
+                        block.__exit__(None, None, None)
+                        events.append("exit: left")
+                    else:
+                        error = ZeroDivisionError("a layer failed")
+                        swallowed = block.__exit__(ZeroDivisionError, error, None)
+                        events.append(f"fail: the exception {'stops' if swallowed else 'goes on'}")
+                elif step == "get":  # looked up in minisgl.core: the trace swaps it there
+                    active = minisgl.core.get_global_ctx()
+                    events.append(f"get_global_ctx: {names.get(id(active), active)}")
+                elif step.endswith(".batch"):
+                    batch = contexts[step[0]].batch
+                    events.append(f"{step}: {batch_names.get(id(batch), batch)}")
+            except (RuntimeError, AssertionError) as error:
+                refused = isinstance(error, AssertionError) or step.startswith("enter")
+                events.append(f"{step}: {'refused' if refused else type(error).__name__}")
+            except Exception as error:  # noqa: BLE001 - compared with the reference's outcome
+                events.append(f"{step}: raised {type(error).__name__}: {error}")
+        while open_blocks:  # leave no context active for the next example
+            try:
+                open_blocks.pop().__exit__(None, None, None)
+            except Exception:  # noqa: BLE001, S110 - cleanup of a broken stub
+                pass
+        return events
+
+    assert_same_trace(1, run, "forward_batch and get_global_ctx")

@@ -14,6 +14,14 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from course.differential import (
+    Tolerance,
+    assert_same_call,
+    differences,
+    use_reference_stubs,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from transformers import AutoConfig, LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.llama.modeling_llama import (
@@ -454,3 +462,346 @@ def test_rmsnorm_in_half_precision_rounds_before_the_weight_like_transformers(dt
     with torch.no_grad():
         expected = hf_rmsnorm(norm)(x)
     torch.testing.assert_close(norm(x), expected, atol=0, rtol=0)
+
+
+# --- every stub against the reference (tools/course/differential.py) ---
+# The same generated inputs go to your stub and to the reference's body of it (compiled into
+# your module, so it sees your other code): return values, changes to the arguments and to
+# self, and exceptions must match. Floats match within the rounding of another order of
+# operations (float32: 1e-5; bfloat16 and float16: a few roundings of values up to about 8).
+# RoPE's cos/sin lookup and the attention layer show only over several calls or inside a
+# forward: they are compared as runs, yours against the same run with the reference's body.
+
+HALF_TOLERANCE = {torch.bfloat16: Tolerance(1.6e-2, 6e-2), torch.float16: Tolerance(1e-3, 8e-3)}
+FLOAT32_TOLERANCE = Tolerance(RTOL, ATOL)
+DTYPES = st.sampled_from([torch.float32, torch.bfloat16, torch.float16])
+SEEDS = st.integers(0, 2**16)
+LEADING = st.lists(st.integers(0, 4), max_size=2)  # any leading shape, empty ones too
+
+
+def tolerance_of(dtype: torch.dtype) -> Tolerance:
+    return HALF_TOLERANCE.get(dtype, FLOAT32_TOLERANCE)
+
+
+def random_tensor(seed: int, *shape: int, scale: float = 1.0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=generator) * scale
+
+
+def seeded(module: torch.nn.Module, seed: int, dtype: torch.dtype = torch.float32):  # noqa: ANN201
+    """`module` with every parameter drawn from `seed`, in `dtype`: norm weights around 1,
+    projections scaled by 1/sqrt(fan-in) so that outputs stay O(1) (and half-precision rounding
+    small). Buffers (RoPE's cos/sin tables) stay as built."""
+    for i, param in enumerate(module.parameters()):
+        values = random_tensor(seed + i, *param.shape)
+        scale = 1.0 / param.shape[-1] ** 0.5 if param.dim() == 2 else 0.3
+        param.data = (values * scale + (1.0 if param.dim() == 1 else 0.0)).to(dtype)
+    return module
+
+
+def assert_same_run(chapter: int, stub: str, run, what: str, tolerance: Tolerance) -> None:  # noqa: ANN001
+    """`run()` with your code, then with the reference's body of `stub` ("path:Class.method")
+    alone in its place: their results (any exception as its type) must match."""
+
+    def outcome() -> object:
+        try:
+            return run()
+        except Exception as error:  # noqa: BLE001 - compared with the reference's outcome
+            return f"raised {type(error).__name__}"
+
+    yours = outcome()
+    with use_reference_stubs(chapter, only={stub}):
+        reference = outcome()
+    assert reference != "raised NotImplementedError", f"{what}: it calls code not written yet"
+    found = differences(yours, reference, "result", tolerance)
+    assert not found, f"{stub} differs from the reference on {what}:\n  " + "\n  ".join(found)
+
+
+@given(
+    input_size=st.integers(1, 48),
+    output_sizes=st.lists(st.integers(1, 24), min_size=1, max_size=3),
+    bias=st.booleans(),
+    leading=LEADING,
+    dtype=DTYPES,
+    seed=SEEDS,
+)
+@settings(max_examples=30)
+def test_linear_forward_matches_the_reference(input_size, output_sizes, bias, leading, dtype, seed):
+    """Plain and merged (several shards) projections, with and without bias, on inputs of any
+    leading shape (none, one token, zero tokens), in three dtypes."""
+    layer = seeded(Linear(input_size, output_sizes, bias=bias), seed, dtype)
+    x = random_tensor(seed - 1, *leading, input_size).to(dtype)
+    assert_same_call(Linear.forward, layer, x, tolerance=tolerance_of(dtype))
+
+
+def checkpoint_shape(rows: int, cols: int | None, wrong: str | None) -> tuple[int, ...]:
+    """The shape a shard of `rows` (x `cols` for a weight) should have, or a wrong one."""
+    right = (rows, cols) if cols is not None else (rows,)
+    wrong_shapes = {
+        "one row more": (rows + 1, *right[1:]),
+        "one row less": (rows - 1, *right[1:]),
+        "one column more": (rows, cols + 1) if cols is not None else (rows, 1),
+        "transposed": (cols, rows) if cols is not None else (1, rows),
+        "flattened": (rows * (cols or 1),) if cols is not None else (rows, 1),
+        "broadcastable": (1, cols) if cols is not None else (1,),
+    }
+    return wrong_shapes[wrong] if wrong is not None else right
+
+
+@given(
+    input_size=st.integers(1, 6),
+    output_sizes=st.lists(st.integers(1, 5), min_size=1, max_size=4),
+    bias=st.booleans(),
+    on_bias=st.booleans(),
+    shard=st.integers(0, 3),
+    wrong=st.sampled_from(
+        [None, None, "one row more", "one row less", "one column more", "transposed"]
+        + ["flattened", "broadcastable"]
+    ),
+    checkpoint_dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    seed=SEEDS,
+)
+@settings(max_examples=60)
+def test_load_shard_matches_the_reference(
+    input_size, output_sizes, bias, on_bias, shard, wrong, checkpoint_dtype, seed
+):
+    """Every shard of merged and plain projections, weight and bias, in either dtype of a
+    checkpoint; and tensors of a wrong shape (also ones copy_ would broadcast, and a transposed
+    one of the right size), which must raise ValueError and leave the parameter alone.
+    Compared: the parameters after the call (yours may write them any way) and the tensor."""
+    shard %= len(output_sizes)
+    param_name = "bias" if bias and on_bias else "weight"
+    cols = None if param_name == "bias" else input_size
+    shape = checkpoint_shape(output_sizes[shard], cols, wrong)
+    tensor = random_tensor(seed, *shape).to(checkpoint_dtype)
+    layer = seeded(Linear(input_size, output_sizes, bias=bias), seed + 1)
+
+    def observe(result, layer, name, shard, tensor) -> tuple:  # noqa: ANN001
+        return result, layer.weight, layer.bias, tensor
+
+    assert_same_call(Linear.load_shard, layer, param_name, shard, tensor, observe=observe)
+
+
+@given(
+    vocab=st.integers(1, 60),
+    hidden=st.integers(1, 16),
+    shape=st.lists(st.integers(0, 5), max_size=3),
+    id_dtype=st.sampled_from([torch.int64, torch.int32]),
+    dtype=DTYPES,
+    seed=SEEDS,
+)
+@settings(max_examples=30)
+def test_vocab_embedding_forward_matches_the_reference(vocab, hidden, shape, id_dtype, dtype, seed):
+    """Ids of any shape (a scalar, empty, batches), int64 or int32, the first and last row."""
+    embedding = seeded(VocabEmbedding(vocab, hidden), seed, dtype)
+    ids = torch.randint(0, vocab, shape, generator=torch.Generator().manual_seed(seed))
+    if ids.numel():
+        ids.view(-1)[0], ids.view(-1)[-1] = 0, vocab - 1
+    assert_same_call(VocabEmbedding.forward, embedding, ids.to(id_dtype))
+
+
+@given(
+    vocab=st.integers(1, 60),
+    hidden=st.integers(1, 32),
+    tied=st.booleans(),
+    leading=LEADING,
+    dtype=DTYPES,
+    seed=SEEDS,
+)
+@settings(max_examples=30)
+def test_lm_head_forward_matches_the_reference(vocab, hidden, tied, leading, dtype, seed):
+    """Its own matrix or the embedding's (tied), on hidden states of any leading shape."""
+    embedding = seeded(VocabEmbedding(vocab, hidden), seed, dtype) if tied else None
+    head = seeded(LMHead(vocab, hidden, tied_to=embedding), seed + 1, dtype)
+    hidden_states = random_tensor(seed - 1, *leading, hidden).to(dtype)
+    assert_same_call(LMHead.forward, head, hidden_states, tolerance=tolerance_of(dtype))
+
+
+NORM_INPUTS = dict(
+    size=st.integers(1, 96),
+    eps=st.sampled_from([1e-6, 1e-5, 0.5]),
+    leading=st.sampled_from([(), (1,), (5,), (3, 4), (0,)]),  # (3, 4): tokens x heads
+    scale=st.sampled_from([1e-3, 1.0, 30.0]),  # 1e-3: mean square below eps
+    zero_rows=st.booleans(),
+    dtype=DTYPES,
+    seed=SEEDS,
+)
+
+
+def norm_input(leading: tuple, size: int, scale: float, zero_rows: bool, dtype, seed: int):  # noqa: ANN001, ANN201
+    x = random_tensor(seed, *leading, size, scale=scale)
+    if zero_rows and x.numel():
+        x.view(-1, size)[::2] = 0.0
+    return x.to(dtype)
+
+
+@given(**NORM_INPUTS)
+@settings(max_examples=40)
+def test_rmsnorm_forward_matches_the_reference(size, eps, leading, scale, zero_rows, dtype, seed):
+    """Any leading shape, vectors of one element up, tiny and all-zero vectors, in float32 and
+    half precision (normalized in float32, returned in x's dtype)."""
+    norm = seeded(RMSNorm(size, eps), seed, dtype)
+    x = norm_input(leading, size, scale, zero_rows, dtype, seed + 1)
+    assert_same_call(RMSNorm.forward, norm, x, tolerance=tolerance_of(dtype))
+
+
+@given(**NORM_INPUTS)
+@settings(max_examples=40)
+def test_rmsnorm_forward_residual_matches_the_reference(
+    size, eps, leading, scale, zero_rows, dtype, seed
+):
+    """(normed, new residual) as the reference returns them. Whether x and residual may be
+    overwritten in place (a fused kernel does) the contract leaves open: only the returned
+    pair is compared."""
+    norm = seeded(RMSNorm(size, eps), seed, dtype)
+    x = norm_input(leading, size, scale, zero_rows, dtype, seed + 1)
+    residual = norm_input(leading, size, 1.0, False, dtype, seed + 2)
+
+    def returned(result, *_) -> object:  # noqa: ANN001, ANN002
+        return result
+
+    assert_same_call(
+        RMSNorm.forward_residual,
+        norm,
+        x,
+        residual,
+        tolerance=tolerance_of(dtype),
+        observe=returned,
+    )
+
+
+HEAD_DIMS = st.integers(1, 128).map(lambda half: 2 * half)
+BASES = st.sampled_from([10000.0, 500000.0, 1e6]) | st.floats(100.0, 1e7)
+# Relative 1e-5: a pow computed another way (float64, or base**-e) rounds differently.
+INV_FREQ_TOLERANCE = Tolerance(rtol=1e-5)
+
+
+@given(head_dim=HEAD_DIMS, base=BASES)
+@settings(max_examples=40)
+def test_default_inv_freq_matches_the_reference(head_dim, base):
+    assert_same_call(default_inv_freq, head_dim, base, tolerance=INV_FREQ_TOLERANCE)
+
+
+LLAMA3_SCALING = st.fixed_dictionaries(
+    {
+        "rope_type": st.just("llama3"),
+        "factor": st.floats(1.0, 32.0),
+        "low_freq_factor": st.floats(0.5, 2.0),
+        "high_freq_factor": st.floats(2.5, 8.0),
+        "original_max_position_embeddings": st.sampled_from([16, 64, 100, 2048, 8192]),
+    }
+)
+
+
+@given(head_dim=HEAD_DIMS, base=BASES, scaling=LLAMA3_SCALING)
+@settings(max_examples=40)
+def test_llama3_inv_freq_matches_the_reference(head_dim, base, scaling):
+    """Scaling parameters whose bands fall anywhere: all frequencies kept, all divided by
+    factor, or split three ways with the middle interpolated; the dict left as it was."""
+    assert_same_call(llama3_inv_freq, head_dim, base, scaling, tolerance=INV_FREQ_TOLERANCE)
+
+
+@given(
+    leading=LEADING,
+    half=st.integers(1, 32),
+    dtype=DTYPES,
+    seed=SEEDS,
+)
+@settings(max_examples=30)
+def test_rotate_half_matches_the_reference(leading, half, dtype, seed):
+    """Exact: a permutation and a sign change, in any dtype and leading shape."""
+    assert_same_call(rotate_half, random_tensor(seed, *leading, 2 * half).to(dtype))
+
+
+POSITION_REUSE = st.sampled_from(["a new tensor", "the same tensor", "an equal copy"])
+
+
+@given(
+    head_dim=st.sampled_from([2, 8, 16, 64]),
+    scaling=st.none() | LLAMA3_SCALING,
+    heads=st.sampled_from([(1, 1), (4, 2), (4, 1), (3, 3)]),
+    calls=st.lists(st.tuples(st.integers(0, 6), POSITION_REUSE), min_size=1, max_size=3),
+    dtype=DTYPES,
+    seed=SEEDS,
+)
+@settings(max_examples=30)
+def test_rotary_forward_matches_the_reference(head_dim, scaling, heads, calls, dtype, seed):
+    """A run of forwards on one module, as the layers of a forward and then the next forward
+    make them: positions of zero tokens up, in any order, at the table's ends; each call with a
+    new positions tensor, the very tensor of the call before (what every layer of one forward
+    passes), or an equal copy of it. Compared: every call's rotated q and k."""
+    num_heads, num_kv_heads = heads
+    generator = torch.Generator().manual_seed(seed)
+
+    def run() -> list:
+        rotary = RotaryEmbedding(head_dim, 10000.0, 64, scaling)
+        outputs, positions = [], torch.tensor([], dtype=torch.int64)
+        for i, (tokens, reuse) in enumerate(calls):
+            if reuse == "an equal copy":
+                positions = positions.clone()
+            elif reuse == "a new tensor" or len(positions) != tokens:
+                positions = torch.randint(0, 64, (tokens,), generator=generator)
+                if tokens:
+                    positions[-1] = 63  # the table's last row
+            q = random_tensor(seed + i, len(positions), num_heads, head_dim).to(dtype)
+            k = random_tensor(seed - i, len(positions), num_kv_heads, head_dim).to(dtype)
+            outputs.append(rotary(positions, q, k))
+        return outputs
+
+    def reseeded_run() -> list:
+        generator.manual_seed(seed)  # both runs draw the same positions
+        return run()
+
+    assert_same_run(
+        2,
+        "layers/rotary.py:RotaryEmbedding.forward",
+        reseeded_run,
+        "a run of forwards",
+        tolerance_of(dtype),
+    )
+
+
+@given(leading=LEADING, size=st.integers(1, 32), dtype=DTYPES, seed=SEEDS)
+@settings(max_examples=30)
+def test_silu_and_mul_matches_the_reference(leading, size, dtype, seed):
+    gate_up = random_tensor(seed, *leading, 2 * size, scale=3.0).to(dtype)
+    assert_same_call(silu_and_mul, gate_up, tolerance=tolerance_of(dtype))
+
+
+@given(
+    heads=st.sampled_from([(4, 2), (2, 2), (4, 1), (6, 3)]),
+    head_dim=st.sampled_from([2, 8, 16]),
+    qk_norm=st.booleans(),
+    tokens=st.integers(0, 5),
+    layer_id=st.integers(0, 3),
+    dtype=DTYPES,
+    seed=SEEDS,
+)
+@settings(max_examples=30)
+def test_attention_layer_forward_matches_the_reference(
+    heads, head_dim, qk_norm, tokens, layer_id, dtype, seed
+):
+    """Inside a real forward_batch with a recording backend: grouped-query shapes, q/k norm on
+    and off, zero tokens up, at random positions. Compared: the output, and every call of the
+    backend (its q, k, v, layer_id, and whether it got the running batch)."""
+    num_heads, num_kv_heads = heads
+    positions = torch.randint(0, 64, (tokens,), generator=torch.Generator().manual_seed(seed))
+    qkv = random_tensor(seed, tokens, (num_heads + 2 * num_kv_heads) * head_dim).to(dtype)
+
+    def run() -> tuple:
+        rotary = RotaryEmbedding(head_dim, 10000.0, 64)
+        eps = 1e-6 if qk_norm else None
+        layer = AttentionLayer(layer_id, num_heads, num_kv_heads, head_dim, rotary, eps)
+        seeded(layer, seed + 1, dtype)
+        backend = RecordingBackend()
+        ctx = Context(1, None, torch.zeros(1, 1, dtype=torch.int32), backend)
+        batch = Batch([], "decode")
+        batch.positions = positions
+        with ctx.forward_batch(batch):
+            out = layer(qkv.clone())
+        calls = [{**call, "batch": call["batch"] is batch} for call in backend.calls]
+        return out, calls
+
+    assert_same_run(
+        2, "layers/attention.py:AttentionLayer.forward", run, "a forward", tolerance_of(dtype)
+    )

@@ -11,12 +11,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import load_hf_model, load_tokenizer
+from course.differential import (
+    EXACT,
+    Tolerance,
+    assert_same_call,
+    differences,
+    use_reference_stubs,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, LlamaConfig
@@ -26,7 +36,7 @@ from minisgl.attention.torch_backend import TorchAttnBackend
 from minisgl.core import Batch, Context, Req, SamplingParams
 from minisgl.kvcache.mha_pool import MHAKVCache
 from minisgl.models import MODEL_REGISTRY, ModelConfig, create_model, load_weights
-from minisgl.models.llama import LlamaForCausalLM
+from minisgl.models.llama import LlamaForCausalLM, LlamaMLP
 from minisgl.models.weight import map_weight_name
 from minisgl.utils import ModelNotFoundError, UnsupportedModelError
 
@@ -614,3 +624,495 @@ def test_from_hf_keeps_every_id_of_a_list_of_eos_ids():
     raw = config_json("tiny-llama") | {"eos_token_id": [2, 3]}
     hf_config = AutoConfig.for_model(**raw)
     assert ModelConfig.from_hf(raw).eos_token_ids == tuple(hf_config.eos_token_id)
+
+
+# --- every stub against the reference (tools/course/differential.py) ---
+# The same generated inputs go to your stub and to the reference's body of it (compiled into
+# your module, so it sees your other code): return values, changes to the arguments and to
+# self, and exceptions must match. The decoder's stubs run inside a forward (the context's
+# batch and its KV cache), so they are compared as runs: a forward with your code, and the
+# same forward with the reference's body of that one stub in its place. So are create_model
+# (which must leave the default dtype as it found it) and load_weights (which fills a model).
+
+HIDDEN_TOLERANCE = Tolerance(rtol=1e-4, atol=1e-4)  # float32, O(1) values: summation order
+SEEDS = st.integers(0, 2**16)
+NAME_MAP = LlamaForCausalLM.WEIGHT_NAME_MAP
+
+
+def assert_same_run(stub: str, run, what: str, tolerance: Tolerance = EXACT) -> None:  # noqa: ANN001
+    """`run()` with your code, then with the reference's body of `stub` ("path:Symbol") alone
+    in its place: their results (an exception as the text `run` makes of it) must match."""
+
+    def outcome() -> object:
+        try:
+            return run()
+        except Exception as error:  # noqa: BLE001 - compared with the reference's outcome
+            return f"raised {type(error).__name__}"
+
+    yours = outcome()
+    with use_reference_stubs(3, only={stub}):
+        reference = outcome()
+    assert reference != "raised NotImplementedError", f"{what}: it calls code not written yet"
+    found = differences(yours, reference, "result", tolerance)
+    assert not found, f"{stub} differs from the reference on {what}:\n  " + "\n  ".join(found)
+
+
+# Llama-3 RoPE on a small model (head_dim 8, base 10000): one frequency interpolated, the
+# slower ones divided by factor.
+LLAMA3_SCALING_FOR_TESTS = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 16,
+}
+LLAMA3_SCALING_STRATEGY = st.fixed_dictionaries(
+    {
+        "rope_type": st.just("llama3"),
+        "factor": st.sampled_from([8.0, 32.0]),
+        "low_freq_factor": st.sampled_from([1.0, 0.5]),
+        "high_freq_factor": st.sampled_from([4.0]),
+        "original_max_position_embeddings": st.sampled_from([8192, 64]),
+    }
+)
+# A small decoder of each kind: Llama with Llama-3 RoPE (and with attention_bias: q/k/v and o
+# biases), Qwen2 (q/k/v bias), Qwen3 (q/k norm, tied head, head_dim wider than hidden / heads).
+VARIANTS = {
+    "llama": dict(architecture="LlamaForCausalLM", rope_scaling=LLAMA3_SCALING_FOR_TESTS),
+    "llama-bias": dict(architecture="LlamaForCausalLM", qkv_bias=True, o_bias=True),
+    "qwen2": dict(architecture="Qwen2ForCausalLM", qkv_bias=True),
+    "qwen3": dict(
+        architecture="Qwen3ForCausalLM", qk_norm=True, tie_word_embeddings=True, head_dim=16
+    ),
+}
+
+
+def small_config(variant: str, num_layers: int = 2) -> ModelConfig:
+    base = dict(
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=48,
+        num_layers=num_layers,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=8,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        rope_scaling=None,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+        qkv_bias=False,
+        o_bias=False,
+        qk_norm=False,
+        eos_token_ids=(2,),
+    )
+    return ModelConfig(**(base | VARIANTS[variant]))
+
+
+def seeded(module: torch.nn.Module, seed: int) -> torch.nn.Module:
+    """Every parameter drawn from `seed`: norm weights around 1, biases around 0, matrices
+    scaled by 1/sqrt(fan-in), so activations stay O(1) through every layer."""
+    for i, (name, param) in enumerate(module.named_parameters()):
+        values = torch.randn(param.shape, generator=torch.Generator().manual_seed(seed + i))
+        if param.dim() == 2:
+            values = values / param.shape[-1] ** 0.5
+        else:
+            values = (1.0 if name.endswith("norm.weight") else 0.0) + 0.2 * values
+        param.data.copy_(values)
+    return module
+
+
+@lru_cache(maxsize=None)
+def small_model(variant: str, num_layers: int) -> LlamaForCausalLM:
+    """A seeded small model of `variant` (built directly: create_model is compared below)."""
+    return seeded(LlamaForCausalLM(small_config(variant, num_layers)).eval(), num_layers)
+
+
+class RandomCacheBatch:
+    """A batch of requests whose earlier tokens' K/V sit in the pool already (random values,
+    as earlier steps left them): each request (cached_len, extend_len) computes extend_len new
+    tokens on top of cached_len cached ones, in slots of a page-table row of its own."""
+
+    def __init__(self, config: ModelConfig, spans: list[tuple[int, int]], seed: int) -> None:
+        row_len = max(c + e for c, e in spans)
+        generator = torch.Generator().manual_seed(seed)
+        self.kv_cache = MHAKVCache(
+            len(spans) * row_len, config.num_layers, config.num_kv_heads, config.head_dim,
+            torch.float32, CPU,
+        )  # fmt: skip
+        for layer in range(config.num_layers):
+            for cache in (self.kv_cache.k_cache(layer), self.kv_cache.v_cache(layer)):
+                cache.copy_(torch.randn(cache.shape, generator=generator))
+        page_table = torch.arange(len(spans) * row_len, dtype=torch.int32).view(-1, row_len)
+        self.backend = TorchAttnBackend(self.kv_cache, page_table)
+        self.ctx = Context(1, self.kv_cache, page_table, self.backend)
+        reqs = []
+        for i, (cached, extend) in enumerate(spans):
+            ids = torch.randint(0, config.vocab_size, (cached + extend,), generator=generator)
+            reqs.append(Req(ids.int(), i, cached, 4, i, SamplingParams(max_tokens=4)))
+        decode = all(c > 0 and e == 1 for c, e in spans)
+        self.batch = Batch(reqs, "decode" if decode else "prefill")
+        positions = [torch.arange(r.cached_len, r.device_len) for r in reqs]
+        self.batch.input_ids = torch.cat([r.input_ids[p] for r, p in zip(reqs, positions)])
+        self.batch.positions = torch.cat(positions)
+        self.batch.out_loc = torch.cat(
+            [page_table[r.table_idx, p] for r, p in zip(reqs, positions)]
+        )
+        self.backend.prepare_metadata(self.batch)
+        self.tokens = len(self.batch.input_ids)
+
+    def hidden(self, config: ModelConfig, seed: int) -> torch.Tensor:
+        """Hidden states [tokens, hidden_size] for a layer's input."""
+        generator = torch.Generator().manual_seed(seed)
+        return torch.randn(self.tokens, config.hidden_size, generator=generator)
+
+
+SPANS = st.lists(st.tuples(st.integers(0, 5), st.integers(1, 5)), min_size=1, max_size=3)
+DECODE_SPANS = st.lists(st.tuples(st.integers(1, 6), st.just(1)), min_size=1, max_size=3)
+FORWARD_INPUTS = dict(
+    variant=st.sampled_from(sorted(VARIANTS)),
+    num_layers=st.integers(1, 2),
+    spans=SPANS | DECODE_SPANS,
+    seed=SEEDS,
+)
+
+
+@given(**FORWARD_INPUTS)
+@settings(max_examples=12)
+def test_llama_attention_forward_matches_the_reference(variant, num_layers, spans, seed):
+    """Prefill from an empty cache, chunks on top of cached tokens, decode batches; GQA,
+    biases, q/k norm, Llama-3 RoPE. Compared: the output, and the K/V the layer stored."""
+    model = small_model(variant, num_layers)
+    layer = num_layers - 1
+
+    def run() -> tuple:
+        forward = RandomCacheBatch(model.config, spans, seed)
+        with forward.ctx.forward_batch(forward.batch):
+            out = model.model.layers[layer].self_attn(forward.hidden(model.config, seed))
+        return out, forward.kv_cache.k_cache(layer), forward.kv_cache.v_cache(layer)
+
+    assert_same_run("models/llama.py:LlamaAttention.forward", run, "a forward", HIDDEN_TOLERANCE)
+
+
+@given(
+    variant=st.sampled_from(sorted(VARIANTS)),
+    leading=st.sampled_from([(0,), (1,), (5,), (2, 3)]),
+    seed=SEEDS,
+)
+@settings(max_examples=12)
+def test_llama_mlp_forward_matches_the_reference(variant, leading, seed):
+    """Zero tokens up, with any leading shape."""
+    mlp = small_model(variant, 1).model.layers[0].mlp
+    hidden = torch.randn(*leading, 32, generator=torch.Generator().manual_seed(seed))
+    assert_same_call(LlamaMLP.forward, mlp, hidden, tolerance=HIDDEN_TOLERANCE)
+
+
+@given(**FORWARD_INPUTS, first=st.booleans())
+@settings(max_examples=12)
+def test_decoder_layer_forward_matches_the_reference(variant, num_layers, spans, seed, first):
+    """The first layer (no residual yet) and a later one (the residual stream passed along).
+    Compared: the returned (output, residual) pair and the K/V stored; whether the inputs may
+    be overwritten in place the contract leaves open (the caller passes them on, never reads
+    them again)."""
+    model = small_model(variant, num_layers)
+    layer = model.model.layers[num_layers - 1]
+
+    def run() -> tuple:
+        forward = RandomCacheBatch(model.config, spans, seed)
+        hidden = forward.hidden(model.config, seed)
+        residual = None if first else forward.hidden(model.config, seed + 1)
+        with forward.ctx.forward_batch(forward.batch):
+            out = layer(hidden, residual)
+        return out, forward.kv_cache.k_cache(num_layers - 1)
+
+    assert_same_run("models/llama.py:LlamaDecoderLayer.forward", run, "a forward", HIDDEN_TOLERANCE)
+
+
+@given(**FORWARD_INPUTS)
+@settings(max_examples=12)
+def test_llama_model_forward_matches_the_reference(variant, num_layers, spans, seed):
+    """Embedding, every layer with the residual passed along, the final norm: its hidden
+    states, and the K/V of every layer."""
+    model = small_model(variant, num_layers)
+
+    def run() -> tuple:
+        forward = RandomCacheBatch(model.config, spans, seed)
+        with forward.ctx.forward_batch(forward.batch):
+            out = model.model(forward.batch.input_ids)
+        return out, forward.kv_cache._buffer
+
+    assert_same_run("models/llama.py:LlamaModel.forward", run, "a forward", HIDDEN_TOLERANCE)
+
+
+@given(**FORWARD_INPUTS)
+@settings(max_examples=12)
+def test_causal_lm_forward_matches_the_reference(variant, num_layers, spans, seed):
+    """Logits of the last token of each request: one request or several, prefill, chunked
+    prefill and decode batches, with its own LM head or the embedding's (qwen3)."""
+    model = small_model(variant, num_layers)
+
+    def run() -> torch.Tensor:
+        forward = RandomCacheBatch(model.config, spans, seed)
+        with forward.ctx.forward_batch(forward.batch):
+            return model()
+
+    assert_same_run(
+        "models/llama.py:LlamaForCausalLM.forward",
+        run,
+        "a forward",
+        Tolerance(LOGITS_RTOL, LOGITS_ATOL),
+    )
+
+
+@st.composite
+def hf_configs(draw) -> dict:  # noqa: ANN001
+    """config.json dicts as transformers 4 and 5 write them for Llama, Qwen2 and Qwen3 (and an
+    architecture nobody registered), with the optional keys present, null or absent (where
+    transformers' own default is what the reference falls back to)."""
+    arch = draw(st.sampled_from(["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"]))
+    arch = draw(st.sampled_from([arch, arch, "MistralForCausalLM"]))
+    heads = draw(st.sampled_from([1, 4, 16]))
+    hf = {
+        "architectures": [arch],
+        "model_type": arch.removesuffix("ForCausalLM").lower(),
+        "vocab_size": draw(st.integers(8, 200_000)),
+        "hidden_size": heads * draw(st.sampled_from([8, 64])),
+        "intermediate_size": draw(st.integers(8, 10_000)),
+        "num_hidden_layers": draw(st.integers(1, 64)),
+        "num_attention_heads": heads,
+        "rms_norm_eps": draw(st.sampled_from([1e-5, 1e-6])),
+        # Always there: the fallback when it is not is the contract's free choice.
+        "max_position_embeddings": draw(st.sampled_from([2048, 40960, 131072])),
+    }
+    head_dims = [64, 128, hf["hidden_size"] // heads]
+    if arch == "Qwen3ForCausalLM":  # Qwen3's own default head_dim (128) is not hidden / heads
+        hf["head_dim"] = draw(st.sampled_from(head_dims))
+    optional = {
+        "num_key_value_heads": st.sampled_from([1, heads]),
+        "head_dim": st.sampled_from([None, *head_dims]),
+        "tie_word_embeddings": st.booleans(),
+        "attention_bias": st.booleans(),
+        "eos_token_id": st.none() | st.integers(0, 10) | st.lists(st.integers(0, 10), max_size=3),
+    }
+    for key, values in optional.items():
+        if draw(st.booleans()):
+            hf[key] = draw(values, label=key)
+    rope = draw(
+        st.sampled_from([{}, {"rope_type": "default"}, {"type": "linear", "factor": 2.0}])
+        | LLAMA3_SCALING_STRATEGY
+    )
+    theta = draw(st.sampled_from([None, 10000.0, 500000.0, 1000000]))
+    if draw(st.booleans()):  # transformers >= 5: rope_parameters, theta inside
+        hf["rope_parameters"] = rope | ({"rope_theta": theta} if theta is not None else {})
+    else:  # older: rope_theta and rope_scaling at the top level
+        if theta is not None:
+            hf["rope_theta"] = theta
+        if rope or draw(st.booleans()):
+            hf["rope_scaling"] = rope or None
+    return hf
+
+
+def comparable_config(config: object) -> object:
+    """A ModelConfig as its contract fixes it: rope_theta a number (10000 == 10000.0), the
+    flags truthy or not, and rope_scaling None for plain RoPE, else its entries (any order;
+    a leftover `type` or `rope_theta` in it is no difference)."""
+    if not isinstance(config, ModelConfig):
+        return config
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    fields["rope_theta"] = float(fields["rope_theta"])
+    for flag in ("tie_word_embeddings", "qkv_bias", "o_bias", "qk_norm"):
+        fields[flag] = bool(fields[flag])
+    scaling = fields["rope_scaling"]
+    if scaling is not None and scaling.get("rope_type", "default") != "default":
+        fields["rope_scaling"] = {
+            key: scaling[key] for key in sorted(scaling) if key not in ("type", "rope_theta")
+        }
+    else:
+        fields["rope_scaling"] = None
+    return fields
+
+
+@given(hf=hf_configs())
+@settings(max_examples=60)
+def test_from_hf_matches_the_reference(hf):
+    """Every key present, null or absent, RoPE settings in either spelling (and old
+    `type`-keyed scaling), one EOS id, a list, or none, attention_bias on Llama and Qwen2.
+    Compared: the config as its contract fixes it (see comparable_config), and the dict
+    passed in, which must be left as it was."""
+
+    def observe(config, cls, hf) -> tuple:  # noqa: ANN001
+        return comparable_config(config), hf
+
+    assert_same_call(ModelConfig.from_hf.__func__, ModelConfig, hf, observe=observe)
+
+
+def model_summary(model: torch.nn.Module) -> dict:
+    """What create_model's contract fixes of a model: its class, and every parameter's and
+    buffer's name, shape, dtype and device (the weights are uninitialised)."""
+
+    def described(tensors) -> list:  # noqa: ANN001
+        return [(n, tuple(t.shape), str(t.dtype), t.device.type) for n, t in tensors]
+
+    return {
+        "class": type(model).__name__,
+        "parameters": described(model.named_parameters()),
+        "buffers": described(model.named_buffers()),
+    }
+
+
+@given(
+    variant=st.sampled_from([*sorted(VARIANTS), "MistralForCausalLM", "GPT2LMHeadModel"]),
+    device=st.sampled_from(["cpu", "meta"]),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float16]),
+    default_dtype=st.sampled_from([torch.float32, torch.float64]),
+)
+@settings(max_examples=20)
+def test_create_model_matches_the_reference(variant, device, dtype, default_dtype):
+    """Each architecture (and two nobody registered), on the CPU and on meta, in three dtypes,
+    whatever the default dtype was. Compared: the model (see model_summary), the default
+    dtype after the call, and an unsupported architecture's error with the names it gives."""
+    import minisgl.models.registry as registry  # the run swaps create_model there
+
+    if variant in VARIANTS:
+        config = small_config(variant)
+    else:
+        config = dataclasses.replace(small_config("llama"), architecture=variant)
+
+    def run() -> tuple:
+        torch.set_default_dtype(default_dtype)
+        try:
+            model = registry.create_model(config, torch.device(device), dtype)
+            made = model_summary(model)
+        except Exception as error:  # noqa: BLE001 - compared with the reference's outcome
+            message = str(error)
+            names = [config.architecture, *MODEL_REGISTRY]
+            made = f"raised {type(error).__name__} naming {[n in message for n in names]}"
+        finally:
+            after = torch.get_default_dtype()
+            torch.set_default_dtype(torch.float32)
+        return made, str(after)
+
+    assert_same_run("models/registry.py:create_model", run, "building a model")
+
+
+CHECKPOINT_NAMES = [
+    "model.embed_tokens.weight",
+    "model.norm.weight",
+    "lm_head.weight",
+    *(
+        f"model.layers.{i}.{part}.{kind}"
+        for i in (0, 7, 12)
+        for part in (
+            "self_attn.q_proj",
+            "self_attn.k_proj",
+            "self_attn.v_proj",
+            "self_attn.o_proj",
+            "self_attn.q_norm",
+            "self_attn.k_norm",
+            "mlp.gate_proj",
+            "mlp.up_proj",
+            "mlp.down_proj",
+            "input_layernorm",
+            "mlp.experts.3.w1",
+            "mlp.experts.3.w3",
+        )
+        for kind in ("weight", "bias")
+    ),
+]
+OTHER_MAPS = [
+    {},
+    {".w1.": (".w13.", 0), ".w3.": (".w13.", 1)},
+    {".gate_proj.": (".gate_up_proj.", 0), ".q_norm.": (".attn.q_norm.", None)},
+]
+
+
+@given(
+    name=st.sampled_from(CHECKPOINT_NAMES)
+    | st.sampled_from(CHECKPOINT_NAMES).map(lambda n: n.rpartition(".")[0]),  # no suffix
+    name_map=st.sampled_from([NAME_MAP, *OTHER_MAPS]),
+)
+@settings(max_examples=50)
+def test_map_weight_name_matches_the_reference(name, name_map):
+    """Checkpoint names of every kind (merged shards, renamed norms, names left as they are,
+    names without a .weight/.bias suffix), with the Llama map and other maps."""
+    assert_same_call(map_weight_name, name, name_map)
+
+
+def checkpoint_of(model: torch.nn.Module, seed: int, dtype: torch.dtype) -> dict:
+    """The tensors a Hugging Face checkpoint of `model` holds, under its names (q/k/v and
+    gate/up apart, the norms of q and k under self_attn): random values of `dtype`."""
+    generator = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for name, param in model.named_parameters():
+        parts = [(name, param.shape)]
+        for theirs, (ours, shard) in NAME_MAP.items():
+            if ours in name:
+                module = model.get_submodule(name.rpartition(".")[0])
+                sizes = module.output_sizes if shard is not None else [param.shape[0]]
+                mine = [k for k, (o, _) in NAME_MAP.items() if o == ours]
+                parts = [
+                    (name.replace(ours, frag), (size, *param.shape[1:]))
+                    for frag, size in zip(mine, sizes)
+                ]
+                break
+        for key, shape in parts:
+            tensors[key] = torch.randn(shape, generator=generator).to(dtype)
+    return tensors
+
+
+DEFECTS = st.sampled_from([None, None, "missing", "misshapen", "unexpected", "no files"])
+
+
+@given(
+    variant=st.sampled_from(sorted(VARIANTS)),
+    files=st.integers(1, 3),
+    extras=st.booleans(),
+    defect=DEFECTS,
+    which=st.integers(0, 10**6),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    seed=SEEDS,
+)
+@settings(max_examples=15)
+def test_load_weights_matches_the_reference(variant, files, extras, defect, which, dtype, seed):
+    """Checkpoints of one to three files, in float32 or bfloat16, with the RoPE buffers and a
+    tied model's copy of the embedding as lm_head (extras), and with one tensor missing,
+    misshapen or unexpected, or no file at all. Compared: every parameter after a load; for a
+    failed one, the error's type (ValueError or KeyError may stand for each other) and
+    whether it names the tensor (by its checkpoint name or ours)."""
+    import minisgl.models.weight as weight  # the run swaps load_weights there
+
+    config = small_config(variant)
+    tensors = checkpoint_of(LlamaForCausalLM(config), seed, dtype)
+    if extras:
+        tensors["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch.ones(4)
+        if config.tie_word_embeddings:
+            tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()
+    keys = sorted(tensors)
+    key = keys[which % len(keys)]
+    named = {key.rpartition(".")[0], map_weight_name(key, NAME_MAP)[0].rpartition(".")[0]}
+    if defect == "missing":
+        del tensors[key]
+    elif defect == "misshapen":
+        tensors[key] = torch.ones(1) if tensors[key].dim() == 2 else torch.ones(1, 1)
+    elif defect == "unexpected":
+        key = "model.layers.0.mlp.extra_proj.weight"
+        tensors[key], named = torch.ones(4, 4), {"model.layers.0.mlp.extra_proj"}
+
+    with tempfile.TemporaryDirectory() as folder:
+        if defect != "no files":
+            for i in range(files):
+                part = {k: t for j, (k, t) in enumerate(sorted(tensors.items())) if j % files == i}
+                save_file(part, f"{folder}/model-{i + 1:05d}-of-{files:05d}.safetensors")
+
+        def run() -> object:
+            model = LlamaForCausalLM(config)
+            for param in model.parameters():
+                param.data.fill_(float("nan"))  # what is never loaded stays NaN
+            try:
+                weight.load_weights(model, folder, progress=False)
+            except Exception as error:  # noqa: BLE001 - compared with the reference's outcome
+                kind = "ValueError" if isinstance(error, KeyError) else type(error).__name__
+                return f"raised {kind}, naming the tensor: {any(n in str(error) for n in named)}"
+            return dict(model.named_parameters())
+
+        assert_same_run("models/weight.py:load_weights", run, f"a checkpoint ({defect or 'whole'})")

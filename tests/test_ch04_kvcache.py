@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import assert_same_trace
+from course.differential import assert_same_call
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from minisgl.core import Batch, Req, SamplingParams
-from minisgl.kvcache import MHAKVCache, NaivePrefixCache
+from minisgl.kvcache import MHAKVCache, MatchResult, NaivePrefixCache
 from minisgl.scheduler.table import TableManager
 
 NUM_LAYERS, NUM_SLOTS, KV_HEADS, HEAD_DIM = 3, 64, 2, 8
@@ -298,3 +302,247 @@ def test_write_next_tokens_skips_requests_that_sample_no_token():
     expected[first.table_idx, first.device_len] = 71
     expected[last.table_idx, last.device_len] = 74
     assert torch.equal(table.token_pool, expected)
+
+
+# --- every stub against the reference (tools/course/differential.py) ---
+# The same generated inputs go to your stub and to the reference's body of it (compiled into
+# your module, so it sees your other code): return values, changes to the arguments and to the
+# objects, and exceptions must match. Row allocation leaves the choice of row free, so
+# allocate/free are compared by what every correct table manager does (a free row, never one
+# in use, the right count), over random sequences of allocations and frees.
+
+FLOAT_DTYPES = st.sampled_from([torch.float32, torch.bfloat16, torch.float16])
+POOL_SHAPES = st.tuples(  # (slots, layers, kv_heads, head_dim)
+    st.integers(1, 40), st.integers(1, 3), st.integers(1, 3), st.integers(1, 8)
+)
+
+
+def random_pool(shape: tuple[int, int, int, int], dtype: torch.dtype, seed: int) -> MHAKVCache:
+    """A pool whose every slot of every layer holds distinct garbage, K and V alike."""
+    slots, layers, heads, dim = shape
+    pool = MHAKVCache(slots, layers, heads, dim, dtype, CPU)
+    gen = torch.Generator().manual_seed(seed)
+    pool._buffer.copy_(torch.randn(pool._buffer.shape, generator=gen))  # __init__ is given
+    return pool
+
+
+def as_slots(indices: torch.Tensor) -> dict:
+    """An integer tensor whose dtype the contract leaves open (int32 or int64), by value."""
+    return {
+        "an integer tensor": not indices.is_floating_point(),
+        "device": indices.device,
+        "values (as int64)": indices.long(),
+    }
+
+
+@given(shape=POOL_SHAPES, dtype=FLOAT_DTYPES, layer=st.integers(0, 2), seed=st.integers(0, 99))
+@settings(max_examples=30)
+def test_k_cache_and_v_cache_match_the_reference(shape, dtype, layer, seed):
+    """Each layer's keys and values, in every dtype: the same values, shape and dtype, and a
+    view of the pool (what store_kv writes shows through it), not a copy."""
+    layer %= shape[1]
+
+    def observe(view: torch.Tensor, pool: MHAKVCache, layer_id: int) -> tuple:
+        shares = view.untyped_storage().data_ptr() == pool._buffer.untyped_storage().data_ptr()
+        return {"the view": view, "is a view of the pool's buffer": shares}
+
+    for stub in (MHAKVCache.k_cache, MHAKVCache.v_cache):
+        assert_same_call(
+            stub, build=lambda: (random_pool(shape, dtype, seed), layer), observe=observe
+        )
+
+
+@given(
+    shape=POOL_SHAPES,
+    dtype=FLOAT_DTYPES,
+    layer=st.integers(0, 2),
+    tokens=st.integers(0, 40),
+    index_dtype=st.sampled_from([torch.int32, torch.int64]),
+    seed=st.integers(0, 99),
+)
+@settings(max_examples=40)
+def test_store_kv_matches_the_reference(shape, dtype, layer, tokens, index_dtype, seed):
+    """No new token to every slot of the pool, scattered, into any layer, in every dtype: the
+    whole pool afterwards (every layer, K and V) must be the reference's, bit for bit."""
+    slots, layers, heads, dim = shape
+    layer, tokens = layer % layers, min(tokens, slots)
+
+    def build() -> tuple:
+        gen = torch.Generator().manual_seed(seed + 1)
+        k = torch.randn(tokens, heads, dim, generator=gen).to(dtype)
+        v = torch.randn(tokens, heads, dim, generator=gen).to(dtype)
+        out_loc = torch.randperm(slots, generator=gen)[:tokens].to(index_dtype)
+        return random_pool(shape, dtype, seed), k, v, out_loc, layer
+
+    assert_same_call(
+        MHAKVCache.store_kv,
+        build=build,
+        observe=lambda result, pool, *_: {"returned": result, "the pool's buffer": pool._buffer},
+    )
+
+
+def naive_observe(result, cache, *arguments) -> tuple:  # noqa: ANN001
+    """A naive cache's answer, with its KV slots compared by value (int32 or int64 alike)."""
+    if isinstance(result, torch.Tensor):
+        return as_slots(result)
+    if isinstance(result, MatchResult):
+        return {"handle": result.handle, "indices": as_slots(result.indices), "inputs": arguments}
+    return {"returned": result, "inputs": arguments}
+
+
+@given(length=st.integers(0, 20), evict=st.integers(0, 20), seed=st.integers(0, 99))
+@settings(max_examples=30)
+def test_naive_cache_stubs_match_the_reference(length, evict, seed):
+    """match_prefix and insert_prefix of any sequence, empty to long, before and after an
+    insert; evict of nothing and of any positive number of tokens."""
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, 1000, (length,), generator=gen, dtype=torch.int32)
+    slots = torch.randperm(64, generator=gen)[:length].to(torch.int32)
+    for inserted in (False, True):
+
+        def build() -> tuple:
+            cache = NaivePrefixCache(CPU)
+            if inserted:
+                cache.insert_prefix(ids, slots)
+            return (cache,)
+
+        assert_same_call(
+            NaivePrefixCache.match_prefix, build=lambda: (*build(), ids), observe=naive_observe
+        )
+        assert_same_call(NaivePrefixCache.insert_prefix, build=lambda: (*build(), ids, slots))
+        for tokens in (0, evict):
+            assert_same_call(
+                NaivePrefixCache.evict, build=lambda: (*build(), tokens), observe=naive_observe
+            )
+
+
+def table_events(max_running_req: int, operations: list[int | None]) -> list[str]:
+    """Allocations (None) and frees (of the i-th row in use, modulo how many are) in words, by
+    what any correct table manager does: which row allocate picks is its own choice."""
+    table = make_table(max_running_req)
+    in_use: list[int] = []
+    events = []
+    for operation in operations:
+        if operation is None or not in_use:
+            try:
+                row = table.allocate()
+            except Exception as error:  # noqa: BLE001 - its type is compared with the reference's
+                events.append(
+                    f"allocate with {len(in_use)} rows in use raised {type(error).__name__}"
+                )
+                continue
+            free = isinstance(row, int) and 0 <= row < max_running_req and row not in in_use
+            events.append(
+                "allocate gave a free row"
+                if free
+                else f"allocate gave {row!r} while rows {sorted(in_use)} are in use"
+            )
+            in_use.append(row)
+        else:
+            table.free(in_use.pop(operation % len(in_use)))
+            events.append("freed a row in use")
+        events.append(f"  available_size {table.available_size}")
+    return events
+
+
+@given(
+    max_running_req=st.integers(1, 6),
+    operations=st.lists(st.one_of(st.none(), st.integers(0, 5)), max_size=25),
+)
+@settings(max_examples=40)
+def test_allocate_and_free_behave_as_the_reference(max_running_req, operations):
+    """TableManager.allocate and free over random sequences, rows used up and reused: every
+    allocation gives a row that is free, every exhausted table raises as the reference's does,
+    and available_size follows."""
+    assert_same_trace(
+        4,
+        lambda: table_events(max_running_req, [None] * max_running_req + operations),
+        "allocate/free",
+    )
+
+
+WIDTH = 12  # columns of the generated tables: a request may fill its row exactly
+
+REQUEST_SPECS = st.lists(  # (prompt length, cached tokens, max_tokens, a prompt chunk?)
+    st.tuples(st.integers(1, WIDTH), st.integers(0, WIDTH), st.integers(0, 3), st.booleans()),
+    min_size=1,
+    max_size=5,
+)
+
+
+def generated_table(rows: int, seed: int) -> TableManager:
+    """A table whose page table and token pool hold garbage everywhere (stale entries)."""
+    gen = torch.Generator().manual_seed(seed)
+    table = TableManager(rows, torch.randint(0, 500, (rows, WIDTH), generator=gen).int())
+    table.token_pool.copy_(torch.randint(1000, 2000, (rows, WIDTH), generator=gen))
+    return table
+
+
+def generated_reqs(specs: list, seed: int, rows: int = 6) -> list[Req]:
+    """Requests on distinct random rows: fresh prompts, cached prefixes, decodes (cached_len =
+    device_len - 1), requests at max_tokens, prompt chunks that sample nothing."""
+    gen = torch.Generator().manual_seed(seed)
+    table_rows = torch.randperm(rows, generator=gen).tolist()
+    reqs = []
+    for uid, ((length, cached, max_tokens, chunk), row) in enumerate(zip(specs, table_rows)):
+        max_tokens = min(max_tokens, WIDTH - length)
+        ids = torch.randint(1, 1000, (length,), generator=gen, dtype=torch.int32)
+        kind = PromptChunk if chunk else Req
+        reqs.append(kind(ids, row, min(cached, length - 1), max_tokens, uid, SamplingParams()))
+    return reqs
+
+
+@given(specs=REQUEST_SPECS, seed=st.integers(0, 99))
+@settings(max_examples=30)
+def test_write_prompt_matches_the_reference(specs, seed):
+    """Prompts from one token to a whole row, with or without a cached prefix."""
+    for i in range(len(specs)):
+        assert_same_call(
+            TableManager.write_prompt,
+            build=lambda: (generated_table(6, seed), generated_reqs(specs, seed)[i]),
+        )
+
+
+BATCH_INPUTS = ("positions", "input_ids", "out_loc")
+
+
+def prepared_inputs(result, table: TableManager, batch: Batch) -> tuple:  # noqa: ANN001
+    """The batch's three index tensors (int32 or int64 alike), and the table, untouched."""
+    observed = {f"batch.{name}": as_slots(getattr(batch, name)) for name in BATCH_INPUTS}
+    return observed | {
+        "returned": result,
+        "page_table": table.page_table,
+        "token_pool": table.token_pool,
+    }
+
+
+@given(specs=REQUEST_SPECS, phase=st.sampled_from(["prefill", "decode"]), seed=st.integers(0, 99))
+@settings(max_examples=40)
+def test_prepare_inputs_matches_the_reference(specs, phase, seed):
+    """Batches of one to five requests on scattered rows, each from one token to a whole row,
+    over stale page-table and token-pool entries."""
+    assert_same_call(
+        TableManager.prepare_inputs,
+        build=lambda: (generated_table(6, seed), Batch(generated_reqs(specs, seed), phase)),
+        observe=prepared_inputs,
+    )
+
+
+@given(
+    specs=REQUEST_SPECS,
+    token_dtype=st.sampled_from([torch.int32, torch.int64]),
+    seed=st.integers(0, 99),
+)
+@settings(max_examples=40)
+def test_write_next_tokens_matches_the_reference(specs, token_dtype, seed):
+    """Batches mixing requests that sample (one token left, or more) with prompt chunks and
+    requests at max_tokens that must keep their rows, the sampled ids int32 or int64."""
+
+    def build() -> tuple:
+        reqs = generated_reqs(specs, seed)
+        tokens = torch.randint(
+            3000, 4000, (len(reqs),), generator=torch.Generator().manual_seed(seed)
+        )
+        return generated_table(6, seed), Batch(reqs, "decode"), tokens.to(token_dtype)
+
+    assert_same_call(TableManager.write_next_tokens, build=build)

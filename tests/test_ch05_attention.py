@@ -15,6 +15,9 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from course.differential import Tolerance, assert_same_call, reference_of, use_reference_stubs
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from minisgl.attention import TorchAttnBackend
 from minisgl.core import Batch, Req, SamplingParams
@@ -249,3 +252,170 @@ def test_page_table_entries_past_a_request_length_are_never_read(phase, ledgers)
     for req in s.batch.reqs:
         s.page_table[req.table_idx, req.device_len :] = -1
     torch.testing.assert_close(run_backend(s), s.reference(), atol=ATOL, rtol=RTOL)
+
+
+# --- every stub against the reference (tools/course/differential.py) ---
+# The same generated batches go to your stub and to the reference's body of it (compiled into
+# your module, so it sees your other code). The metadata is yours to lay out where nothing
+# reads it (the mask of padding queries, the slot that padding keys name), so prepare_metadata
+# is compared on what forward reads; forward's output within the float tolerance of its dtype
+# (another order of summation rounds differently), the KV pool bit for bit.
+
+# Per dtype: the tolerance of a correct backend that sums in another order.
+TOLERANCES = {
+    torch.float32: Tolerance(rtol=RTOL, atol=ATOL),
+    torch.float16: Tolerance(rtol=5e-3, atol=5e-3),
+    torch.bfloat16: Tolerance(rtol=3e-2, atol=3e-2),
+}
+GEN_SLOTS = 128  # slots of the generated pools: every request's keys, scattered
+
+LEDGERS = st.lists(  # (sequence length, cached tokens) per request
+    st.tuples(st.integers(1, 20), st.integers(0, 19)), min_size=1, max_size=4
+)
+ATTENTION_INPUTS = dict(
+    ledgers=LEDGERS,
+    phase=st.sampled_from(["prefill", "decode"]),
+    heads=st.sampled_from([(1, 1), (2, 2), (4, 2), (6, 3), (3, 1), (4, 4)]),  # (query, KV)
+    head_dim=st.sampled_from([4, 8, 16]),
+    dtype=st.sampled_from(list(TOLERANCES)),
+    stale=st.booleans(),
+    seed=st.integers(0, 999),
+)
+
+
+def generated_batch(
+    ledgers: list[tuple[int, int]],
+    phase: str,
+    heads: tuple[int, int],
+    head_dim: int,
+    dtype: torch.dtype,
+    stale: bool,
+    seed: int,
+) -> tuple[TorchAttnBackend, torch.Tensor, torch.Tensor, torch.Tensor, int, Batch]:
+    """A backend over a pool of garbage in every slot and layer, a batch on scattered rows and
+    slots (a decode batch: one new token each), and the new tokens' q, k, v of one layer.
+    Page-table entries past each request's length are stale: -1 (no slot at all) or garbage."""
+    gen = torch.Generator().manual_seed(seed)
+    num_heads, kv_heads = heads
+    pool = MHAKVCache(GEN_SLOTS, NUM_LAYERS, kv_heads, head_dim, dtype, torch.device("cpu"))
+    pool._buffer.copy_(torch.randn(pool._buffer.shape, generator=gen))  # __init__ is given
+    page_table = torch.randint(0, GEN_SLOTS, (TABLE_ROWS, MAX_SEQ_LEN), generator=gen)
+    page_table = page_table.int() if not stale else torch.full_like(page_table, -1).int()
+    slots = torch.randperm(GEN_SLOTS, generator=gen)
+    rows = torch.randperm(TABLE_ROWS, generator=gen).tolist()
+    reqs, used = [], 0
+    for uid, ((seq_len, cached), row) in enumerate(zip(ledgers, rows)):
+        cached = seq_len - 1 if phase == "decode" else min(cached, seq_len - 1)
+        page_table[row, :seq_len] = slots[used : used + seq_len].int()
+        used += seq_len
+        ids = torch.randint(0, 1000, (seq_len,), generator=gen, dtype=torch.int32)
+        reqs.append(Req(ids, row, cached, 4, uid, SamplingParams()))
+    batch = Batch(reqs, phase)
+    batch.positions = torch.cat([torch.arange(r.cached_len, r.device_len) for r in reqs])
+    batch.input_ids = torch.cat([r.input_ids[r.cached_len :] for r in reqs])
+    batch.out_loc = torch.cat([page_table[r.table_idx, r.cached_len : r.device_len] for r in reqs])
+    tokens = len(batch.positions)
+    q = torch.randn(tokens, num_heads, head_dim, generator=gen).to(dtype)
+    k = torch.randn(tokens, kv_heads, head_dim, generator=gen).to(dtype)
+    v = torch.randn(tokens, kv_heads, head_dim, generator=gen).to(dtype)
+    layer = int(torch.randint(0, NUM_LAYERS, (1,), generator=gen))
+    return TorchAttnBackend(pool, page_table), q, k, v, layer, batch
+
+
+def what_forward_reads(result, backend: TorchAttnBackend, batch: Batch) -> dict:  # noqa: ANN001
+    """The metadata as forward uses it: last_indices, max_extend_len and query_slots exactly;
+    each request's key slots, and the mask rows of its real queries over its keys, exactly;
+    padding keys hidden from every real query, and naming slots of the pool (the reference's
+    name slot 0; the width of the padding is free too). The mask of padding queries is free.
+    Index tensors compare by value (int32 or int64 alike)."""
+    meta = batch.attn_metadata
+    batch_size, width = meta.kv_indices.shape
+    observed = {
+        "returned": result,
+        "type": type(meta).__name__,
+        "last_indices": meta.last_indices.long(),
+        "max_extend_len": meta.max_extend_len,
+        "query_slots": meta.query_slots.long(),
+        "kv_indices has a row per request": batch_size == batch.size,
+        "mask is [batch, 1, max_extend_len, kv_indices width]": tuple(meta.mask.shape)
+        == (batch.size, 1, meta.max_extend_len, width),
+        "mask dtype": meta.mask.dtype,
+        "page_table": backend.page_table,
+    }
+    for i, req in enumerate(batch.reqs):
+        keys, queries = req.device_len, req.extend_len
+        padding = meta.kv_indices[i, keys:].long()
+        observed[f"request {i}"] = {
+            "its key slots": meta.kv_indices[i, :keys].long(),
+            "its queries' mask over its keys": meta.mask[i, :, :queries, :keys],
+            "padding keys hidden from its queries": not meta.mask[i, :, :queries, keys:].any(),
+            "padding keys name slots of the pool": bool(
+                ((padding >= 0) & (padding < backend.kv_cache.num_slots)).all()
+            ),
+        }
+    return observed
+
+
+@given(**ATTENTION_INPUTS)
+@settings(max_examples=40)
+def test_prepare_metadata_matches_the_reference(
+    ledgers, phase, heads, head_dim, dtype, stale, seed
+):
+    """Prefill batches (fresh prompts, cached prefixes up to all but the last token, one-token
+    prompts) and decode batches of one to four requests on scattered rows and slots."""
+
+    def build() -> tuple:
+        backend, *_, batch = generated_batch(ledgers, phase, heads, head_dim, dtype, stale, seed)
+        return backend, batch
+
+    assert_same_call(TorchAttnBackend.prepare_metadata, build=build, observe=what_forward_reads)
+
+
+def output_and_pool(out, backend: TorchAttnBackend, *_) -> dict:  # noqa: ANN001, ANN002
+    """The output (compared within a tolerance) and the pool's bits (exactly: it holds copies)."""
+    buffer = backend.kv_cache._buffer
+    bits = buffer.view(torch.int32 if buffer.element_size() == 4 else torch.int16)
+    return {"output": out, "the KV pool, every layer, bit for bit": bits}
+
+
+@given(**ATTENTION_INPUTS)
+@settings(max_examples=40)
+def test_forward_matches_the_reference(ledgers, phase, heads, head_dim, dtype, stale, seed):
+    """forward on the reference's metadata, with MHA, GQA and MQA head groupings, in float32,
+    float16 and bfloat16: the output within the dtype's tolerance, the pool (the new K/V in
+    their slots of their layer, nothing else touched) exactly."""
+    prepare = reference_of(TorchAttnBackend.prepare_metadata)
+
+    def build() -> tuple:
+        backend, q, k, v, layer, batch = generated_batch(
+            ledgers, phase, heads, head_dim, dtype, stale, seed
+        )
+        prepare(backend, batch)
+        return backend, q, k, v, layer, batch
+
+    assert_same_call(
+        TorchAttnBackend.forward, build=build, observe=output_and_pool, tolerance=TOLERANCES[dtype]
+    )
+
+
+@given(**ATTENTION_INPUTS)
+@settings(max_examples=15)
+def test_your_metadata_and_forward_together_match_the_reference(
+    ledgers, phase, heads, head_dim, dtype, stale, seed
+):
+    """prepare_metadata then forward, both yours, against both of the reference's: whatever
+    layout your metadata chose, your forward must read it to the same output."""
+
+    def run() -> torch.Tensor:
+        backend, q, k, v, layer, batch = generated_batch(
+            ledgers, phase, heads, head_dim, dtype, stale, seed
+        )
+        backend.prepare_metadata(batch)
+        return backend.forward(q, k, v, layer, batch)
+
+    yours = run()
+    with use_reference_stubs(5):
+        reference = run()
+    tolerance = TOLERANCES[dtype]
+    assert yours.dtype == reference.dtype and yours.shape == reference.shape
+    torch.testing.assert_close(yours, reference, rtol=tolerance.rtol, atol=tolerance.atol)

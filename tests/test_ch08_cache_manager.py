@@ -14,7 +14,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_MODELS, hf_greedy_cached, load_tokenizer
+from conftest import (
+    TINY_MODELS,
+    assert_same_trace,
+    hf_greedy_cached,
+    load_tokenizer,
+    scheduler_trace,
+    shared_prefix_prompts,
+)
+from course.differential import assert_same_call
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from minisgl.core import Req, SamplingParams
 from minisgl.kvcache import BaseCacheHandle, BasePrefixCache, MatchResult, NaivePrefixCache
@@ -22,7 +32,7 @@ from minisgl.kvcache.base import SizeInfo
 from minisgl.scheduler import Scheduler, SchedulerConfig, TableManager
 from minisgl.scheduler.cache import CacheManager
 from minisgl.scheduler.decode import DecodeManager
-from minisgl.scheduler.prefill import PrefillAdder
+from minisgl.scheduler.prefill import ChunkedReq, PrefillAdder
 from minisgl.scheduler.utils import PendingReq
 
 CPU = torch.device("cpu")
@@ -659,3 +669,516 @@ def test_admission_waits_for_a_free_table_row():
     reserved = adder.reserved_size
     assert adder.try_add_one(pending(1, 4, 4)) is None, "no table row is free: it must wait"
     assert adder.reserved_size == reserved, "a request that waits reserves nothing"
+
+
+# --- every stub against the reference (tools/course/differential.py) ---
+# The same generated states go to your stub and to the reference's body of it (compiled into
+# your module, so it sees your other code): a pool of pages on a churned free list (its order
+# matters: pages are taken off its head, and freed ones join its end), a prefix cache holding
+# evictable and locked prefixes, requests at and around page boundaries. Results, the page
+# table, the free list, the prefix cache (its pages, lock counts, evictions, and the order of
+# its lock calls) and the adder's budgets must match; cache_req may free its regions in any
+# order, so its free list is compared as a set. The scheduler runs a workload as a whole too.
+
+PAGE_SIZES = st.sampled_from([1, 2, 4])
+CACHED_PREFIXES = st.lists(  # (family, pages, locked): families share their first tokens
+    st.tuples(st.integers(0, 2), st.integers(1, 3), st.booleans()), max_size=4
+)
+
+
+class RecordingPageCache(PagePrefixCache):
+    """PagePrefixCache that also lists its lock and unlock calls, in order (a public field,
+    so the comparison sees it)."""
+
+    def __init__(self, page_size: int) -> None:
+        super().__init__(page_size)
+        self.lock_calls: list[str] = []
+
+    def lock_handle(self, handle: BaseCacheHandle, unlock: bool = False) -> None:
+        self.lock_calls.append(f"{'unlock' if unlock else 'lock'} {handle.cached_len} tokens")
+        super().lock_handle(handle, unlock)
+
+
+def family_ids(family: int, length: int) -> torch.Tensor:
+    """The first `length` tokens of a family: prompts of one family share their prefixes."""
+    return torch.arange(1000 * (family + 1), 1000 * (family + 1) + length, dtype=torch.int32)
+
+
+def slots_of(pages: torch.Tensor, page_size: int) -> torch.Tensor:
+    """Pages (by first slot) -> their slots, written here so no stub builds the inputs."""
+    return (pages[:, None] + torch.arange(page_size, dtype=pages.dtype)).flatten()
+
+
+class Pool:
+    """A cache manager in a generated state, and the pages not yet placed anywhere (taken
+    from a shuffled list, so the free list ends up in churned order)."""
+
+    def __init__(self, page_size: int, num_pages: int, seed: int) -> None:
+        self.page_size = page_size
+        self.cache = RecordingPageCache(page_size)
+        page_table = torch.full((ROWS, ROW_LEN), -1, dtype=torch.int32)
+        self.cm = CacheManager(num_pages, page_size, page_table, self.cache)
+        order = torch.randperm(num_pages, generator=torch.Generator().manual_seed(seed))
+        self.unplaced = (order * page_size).to(torch.int32)
+
+    def take(self, pages: int) -> torch.Tensor:
+        """Slots of `pages` pages not placed yet (fewer if the pool has fewer)."""
+        taken, self.unplaced = self.unplaced[:pages], self.unplaced[pages:]
+        return slots_of(taken, self.page_size)
+
+    def cache_prefix(self, ids: torch.Tensor, locked: bool = False) -> None:
+        """Put the whole pages of `ids` into the prefix cache (what is cached already stays)."""
+        whole = len(ids) // self.page_size * self.page_size
+        matched = self.cache.match_prefix(ids[:whole]).indices
+        new = self.take((whole - len(matched)) // self.page_size)
+        whole = len(matched) + len(new)
+        self.cache.insert_prefix(ids[:whole], torch.cat([matched, new]))
+        if locked:
+            self.cache.lock_handle(self.cache.match_prefix(ids[:whole]).handle)
+
+    def finish(self, free_pages: int | None = None) -> CacheManager:
+        """Put the unplaced pages (or the first `free_pages` of them) on the free list; the
+        rest are lost to this state, as pages held by requests that are not in it."""
+        pages = self.unplaced if free_pages is None else self.unplaced[:free_pages]
+        self.cm.free_slots = pages.clone()
+        self.cache.lock_calls.clear()
+        return self.cm
+
+
+def pool_with_cached(page_size: int, num_pages: int, cached: list, seed: int) -> Pool:
+    """A pool whose prefix cache holds `cached` (see CACHED_PREFIXES); nothing is free yet."""
+    pool = Pool(page_size, num_pages, seed)
+    for family, pages, locked in cached:
+        pool.cache_prefix(family_ids(family, pages * page_size), locked)
+    return pool
+
+
+@given(
+    page_size=PAGE_SIZES, cached=CACHED_PREFIXES, free=st.integers(0, 12), seed=st.integers(0, 99)
+)
+@settings(max_examples=30)
+def test_available_size_matches_the_reference(page_size, cached, free, seed):
+    """Free pages, evictable and locked cached prefixes, in any mix; the naive cache too."""
+    assert_same_call(
+        CacheManager.available_size.fget,
+        build=lambda: (pool_with_cached(page_size, 24, cached, seed).finish(free),),
+    )
+    naive = lambda: (cache_manager(page_size, num_pages=free + 1),)  # noqa: E731
+    assert_same_call(CacheManager.available_size.fget, build=naive)
+
+
+@given(
+    page_size=PAGE_SIZES,
+    cached=CACHED_PREFIXES,
+    family=st.integers(0, 3),
+    length=st.integers(1, 14),
+    seed=st.integers(0, 99),
+)
+@settings(max_examples=30)
+def test_match_req_matches_the_reference(page_size, cached, family, length, seed):
+    """Prompts of one token to several pages, all cached but the last token, partly cached,
+    or not at all (family 3 is never cached)."""
+    assert_same_call(
+        CacheManager.match_req,
+        build=lambda: (
+            pool_with_cached(page_size, 24, cached, seed).finish(),
+            family_ids(family, length),
+        ),
+    )
+
+
+@given(
+    page_size=PAGE_SIZES,
+    cached=CACHED_PREFIXES,
+    family=st.integers(0, 3),
+    length=st.integers(1, 14),
+    row=st.integers(0, ROWS - 1),
+    as_int64=st.booleans(),
+    seed=st.integers(0, 99),
+)
+@settings(max_examples=30)
+def test_map_prefix_matches_the_reference(page_size, cached, family, length, row, as_int64, seed):
+    """Matches of no token to several pages, their slots int32 or int64, into any row."""
+
+    def build() -> tuple:
+        pool = pool_with_cached(page_size, 24, cached, seed)
+        cm = pool.finish()
+        match = pool.cache.match_prefix(family_ids(family, length))
+        if as_int64:
+            match = MatchResult(match.handle, match.indices.long())
+        return cm, row, match
+
+    assert_same_call(CacheManager.map_prefix, build=build)
+
+
+LEDGERS = st.lists(  # (cached_len, new tokens): on, before and after boundaries of any page
+    st.tuples(st.integers(0, 12), st.integers(1, 9)), min_size=1, max_size=4
+)
+
+
+def requests_holding_pages(pool: Pool, ledgers: list[tuple[int, int]]) -> list[Req]:
+    """Requests on rows 0, 1, ...: each owns the pages of its cached positions already, and its
+    row is -1 from there (no slot)."""
+    reqs = []
+    for row, (cached, new) in enumerate(ledgers):
+        owned = pool.take(-(-cached // pool.page_size))
+        pool.cm.page_table[row, : len(owned)] = owned
+        ids = torch.arange(100 * row, 100 * row + cached + new, dtype=torch.int32)
+        reqs.append(make_req(ids.tolist(), row, cached_len=cached, output_len=4))
+    return reqs
+
+
+@given(
+    page_size=PAGE_SIZES,
+    ledgers=LEDGERS,
+    cached=CACHED_PREFIXES,
+    spare=st.integers(-3, 3),
+    seed=st.integers(0, 99),
+)
+@settings(max_examples=40)
+def test_allocate_paged_matches_the_reference(page_size, ledgers, cached, spare, seed):
+    """Prefills and decodes whose cached_len and device_len fall on, just before and just
+    after page boundaries; a free list with pages to spare, exactly enough, or short (then
+    evictable cached pages are evicted, and past them it raises)."""
+    num_pages = 40
+
+    def build() -> tuple:
+        pool = Pool(page_size, num_pages, seed)
+        reqs = requests_holding_pages(pool, ledgers)
+        for family, pages, locked in cached:
+            pool.cache_prefix(family_ids(family, pages * page_size), locked)
+        needed = sum(
+            -(-(c + n) // page_size) - -(-c // page_size) for c, n in ledgers
+        )  # the pages this batch takes
+        return pool.finish(max(0, needed + spare)), reqs
+
+    assert_same_call(CacheManager.allocate_paged, build=build)
+
+
+@given(
+    page_size=PAGE_SIZES,
+    cached=CACHED_PREFIXES,
+    free=st.integers(0, 8),
+    needed=st.integers(0, 12),
+    seed=st.integers(0, 99),
+)
+@settings(max_examples=40)
+def test_allocate_and_page_to_token_match_the_reference(page_size, cached, free, needed, seed):
+    """_allocate of no page to more than there are, from a free list of any length, evicting
+    what is missing; _page_to_token of pages int32 or int64, none to many (slots compared by
+    value: their dtype is yours to choose)."""
+
+    def build() -> tuple:
+        return pool_with_cached(page_size, 40, cached, seed).finish(free), needed
+
+    assert_same_call(CacheManager._allocate, build=build)
+    for dtype in (torch.int32, torch.int64):
+
+        def pages() -> tuple:
+            cm = build()[0]
+            return cm, cm.free_slots[: min(needed, free)].to(dtype)
+
+        assert_same_call(
+            CacheManager._page_to_token,
+            build=pages,
+            observe=lambda slots, cm, _: {
+                "slots (as int64)": slots.long(),
+                "an integer tensor": not slots.is_floating_point(),
+                "free_slots": cm.free_slots,
+            },
+        )
+
+
+def freed_pages(result, cm: CacheManager, *_) -> dict:  # noqa: ANN001, ANN002
+    """The free list, and the pages waiting on the lazy list (None outside a region)."""
+    lazy = cm._lazy_freed
+    return {
+        "returned": result,
+        "free_slots": cm.free_slots,
+        "lazy list": None if lazy is None else [pages.long() for pages in lazy],
+    }
+
+
+@given(
+    page_size=PAGE_SIZES,
+    spans=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 9)), max_size=4),
+    lazy=st.booleans(),
+    seed=st.integers(0, 99),
+)
+@settings(max_examples=40)
+def test_free_matches_the_reference(page_size, spans, lazy, seed):
+    """Slices of a row that start on a page boundary and end on one, inside a page, or at once
+    (nothing), outside and inside a lazy region (whose list may already hold pages)."""
+    for i, (first_page, length) in enumerate(spans):
+
+        def build() -> tuple:
+            pool = Pool(page_size, 40, seed)
+            row = pool.take(16)  # a request's row of 16 pages
+            cm = pool.finish()
+            if lazy:
+                cm._lazy_freed = [row[: page_size * 2 : page_size]] if i % 2 else []
+            start = first_page * page_size
+            return cm, row[start : start + length]
+
+        assert_same_call(CacheManager.free, build=build, observe=freed_pages)
+
+
+def lazy_region_events(page_size: int, spans: list[tuple[int, int]], fail: bool) -> list[str]:
+    """Frees of disjoint row slices (after a gap of some pages, this many slots) inside a lazy
+    region whose body raises if `fail`, in words: the free list inside the region and after
+    it, and what came out of it. The first page of the row is freed after the region."""
+    pool = Pool(page_size, 40, seed=len(spans))
+    row = pool.take(16)
+    cm = pool.finish(5)
+    events, next_page = [], 1
+    try:
+        with cm.lazy_free_region():
+            for gap, length in spans:
+                start = (next_page + gap) * page_size
+                next_page += gap + -(-length // page_size)
+                cm.free(row[start : start + length])
+                events.append(f"inside: free list {cm.free_slots.tolist()}")
+            if fail:
+                raise KeyError("the region's body failed")
+    except KeyError as error:
+        events.append(f"the region raised {error}")
+    except Exception as error:  # noqa: BLE001 - compared with the reference's outcome
+        events.append(f"the region raised {type(error).__name__}: {error}")
+    events.append(f"after: free list {cm.free_slots.tolist()}, lazy list {cm._lazy_freed}")
+    cm.free(row[:page_size])
+    events.append(f"a free after the region: free list {cm.free_slots.tolist()}")
+    return events
+
+
+@given(
+    page_size=PAGE_SIZES,
+    spans=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 9)), max_size=4),
+    fail=st.booleans(),
+)
+@settings(max_examples=30)
+def test_lazy_free_region_behaves_as_the_reference(page_size, spans, fail):
+    """CacheManager.lazy_free_region (with free): no free shows inside the region, all of them
+    join the free list at its end in one piece, in order, also when its body raises, and a
+    free after the region goes straight to the free list again."""
+    assert_same_trace(
+        8, lambda: lazy_region_events(page_size, spans, fail), "free in a lazy region"
+    )
+
+
+def settled_pages(result, cm: CacheManager, req: Req, finished: bool) -> dict:  # noqa: ANN001
+    """What cache_req settles, with the free list as a set (the regions may be freed in any
+    order): the row, the prefix cache (its pages, locks and lock calls), the request."""
+    return {
+        "returned": result,
+        "free pages (in any order)": sorted(cm.free_slots.tolist()),
+        "page_table": cm.page_table,
+        "prefix cache": cm.prefix_cache,
+        "request": req,
+    }
+
+
+@given(
+    page_size=PAGE_SIZES,
+    old_pages=st.integers(0, 2),
+    computed=st.integers(1, 10),
+    others=st.integers(0, 3),
+    other_locked=st.booleans(),
+    cached=CACHED_PREFIXES,
+    finished=st.booleans(),
+    seed=st.integers(0, 99),
+)
+@settings(max_examples=50)
+def test_cache_req_matches_the_reference(
+    page_size, old_pages, computed, others, other_locked, cached, finished, seed
+):
+    """A request that matched `old_pages` cached pages at admission (its handle locked, its
+    row pointing at them) and computed `computed` more tokens into its own pages, while another
+    request of the same prompt cached `others` pages past the match meanwhile (duplicates of
+    its own), finished or going on; other prefixes cached around it, locked or not."""
+
+    def build() -> tuple:
+        pool = Pool(page_size, 60, seed)
+        for family, pages, locked in cached:
+            pool.cache_prefix(family_ids(family + 1, pages * page_size), locked)
+        old = old_pages * page_size
+        cached_len = old + computed
+        ids = family_ids(0, cached_len + 1)
+        pool.cache_prefix(ids[:old])
+        match = pool.cache.match_prefix(ids[:old])
+        pool.cache.lock_handle(match.handle)
+        row = 3
+        pool.cm.page_table[row, :old] = match.indices
+        own = pool.take(-(-cached_len // page_size) - old_pages)
+        pool.cm.page_table[row, old : old + len(own)] = own
+        shared = min(old_pages + others, cached_len // page_size) * page_size
+        pool.cache_prefix(ids[:shared], locked=other_locked)  # the other request's copy
+        req = make_req(ids.tolist(), row, cached_len=cached_len, handle=match.handle)
+        return pool.finish(), req
+
+    assert_same_call(CacheManager.cache_req, build=build, observe=settled_pages, finished=finished)
+
+
+def broken_pool(page_size: int, cached: list, breakage: str, seed: int) -> CacheManager:
+    """A pool with no request running, every page free or cached, then broken one way."""
+    pool = pool_with_cached(page_size, 12, [(f, n, False) for f, n, _ in cached], seed)
+    cm = pool.finish()
+    free = cm.free_slots
+    if breakage == "a locked cached prefix" and pool.cache.pages:
+        pool.cache.lock_handle(pool.cache.match_prefix(family_ids(cached[0][0], page_size)).handle)
+    elif breakage == "a page lost" and len(free):
+        cm.free_slots = free[1:]
+    elif breakage == "a page freed twice" and len(free):
+        cm.free_slots = torch.cat([free, free[:1]])
+    elif breakage == "a double free hiding a lost page" and len(free) > 1:
+        cm.free_slots = torch.cat([free[:-1], free[:1]])
+    elif breakage == "an entry inside a page" and len(free) and page_size > 1:
+        cm.free_slots = free.clone()
+        cm.free_slots[-1] += 1
+    elif breakage == "a broken prefix cache" and pool.cache.pages:
+        longest = max(pool.cache.pages, key=len)
+        if len(longest) > page_size:
+            pool.cache.pages[(0,) + longest[1:]] = pool.cache.pages.pop(longest)
+    pool.cache.lock_calls.clear()
+    return cm
+
+
+BREAKAGES = [
+    "nothing",
+    "a locked cached prefix",
+    "a page lost",
+    "a page freed twice",
+    "a double free hiding a lost page",
+    "an entry inside a page",
+    "a broken prefix cache",
+]
+
+
+@given(page_size=PAGE_SIZES, cached=CACHED_PREFIXES, seed=st.integers(0, 99))
+@settings(max_examples=20)
+def test_check_integrity_matches_the_reference(page_size, cached, seed):
+    """A consistent pool, and the same pool broken each way in turn: the reference's error
+    type (its own RuntimeError, or the prefix cache's), or no error."""
+    for breakage in BREAKAGES:
+        assert_same_call(
+            CacheManager.check_integrity,
+            build=lambda: (broken_pool(page_size, cached, breakage, seed),),
+        )
+
+
+@given(
+    page_size=PAGE_SIZES,
+    prompt_len=st.integers(1, 20),
+    max_tokens=st.integers(1, 9),
+    cached_len=st.integers(0, 20),
+)
+@settings(max_examples=30)
+def test_worst_case_tokens_matches_the_reference(page_size, prompt_len, max_tokens, cached_len):
+    """Nothing held, a cached prefix or computed chunks ending on, before and after a page
+    boundary, up to the whole prompt."""
+    cm = cache_manager(page_size, num_pages=8)
+    adder = adder_for(cm, TableManager(ROWS, cm.page_table))
+    assert_same_call(
+        PrefillAdder.worst_case_tokens,
+        adder,
+        pending(0, prompt_len, max_tokens),
+        min(cached_len, prompt_len),
+    )
+
+
+def uncovered_room(pool: Pool, ids: torch.Tensor, prompt_len: int, max_tokens: int) -> int:
+    """available_size once the request's match is locked, less its worst case: the largest
+    reserved_size at which it still fits (computed here from the test's own cache)."""
+    match = pool.cache.match_prefix(ids[: len(ids) - 1])
+    newly_locked = sum(pool.page_size for key in match.handle.keys if pool.cache.pages[key][1] == 0)
+    page = pool.page_size
+    room = len(pool.cm.free_slots) * page + pool.cache.size_info.evictable_size - newly_locked
+    held = -(-match.handle.cached_len // page) * page
+    return room - (prompt_len + max_tokens + page - held)
+
+
+@given(
+    page_size=PAGE_SIZES,
+    cached=CACHED_PREFIXES,
+    family=st.integers(0, 3),
+    prompt_len=st.integers(1, 14),
+    max_tokens=st.integers(1, 8),
+    chunk=st.one_of(st.none(), st.integers(1, 13)),
+    slack=st.integers(-2, 2),
+    budget=st.sampled_from([0, 1, 3, 8, 100]),
+    free_rows=st.integers(0, 2),
+    seed=st.integers(0, 99),
+)
+@settings(max_examples=60)
+def test_try_add_one_matches_the_reference(
+    page_size, cached, family, prompt_len, max_tokens, chunk, slack, budget, free_rows, seed
+):
+    """A first admission (a prompt with a cached prefix, or none) or a later chunk, with its
+    worst case fitting with room to spare, exactly, or one token short; a token budget spent,
+    short of the prompt or ample; no free table row, or some."""
+
+    def build() -> tuple:
+        pool = pool_with_cached(page_size, 30, cached, seed)
+        ids = family_ids(family, prompt_len)
+        table = TableManager(ROWS, pool.cm.page_table)
+        for _ in range(ROWS - free_rows):
+            table.allocate()
+        pending_req = PendingReq(7, ids, SamplingParams(max_tokens=max_tokens))
+        cm = pool.finish()
+        if chunk is not None and chunk < prompt_len:  # a request whose first chunks ran
+            pending_req.chunked_req = ChunkedReq(
+                ids[:chunk],
+                0,
+                chunk - 1,
+                max_tokens,
+                7,
+                pending_req.sampling_params,
+                cache_handle=BaseCacheHandle(0),
+            )
+            pending_req.chunked_req.complete_one()
+            held = -(-chunk // page_size) * page_size
+            room = cm.available_size - (prompt_len + max_tokens + page_size - held)
+        else:
+            room = uncovered_room(pool, ids, prompt_len, max_tokens)
+        adder = PrefillAdder(cm, table, token_budget=budget, reserved_size=max(0, room + slack))
+        return adder, pending_req
+
+    assert_same_call(PrefillAdder.try_add_one, build=build)
+
+
+@given(
+    page_size=PAGE_SIZES,
+    running=st.lists(
+        st.tuples(st.integers(1, 12), st.integers(0, 8), st.integers(1, 8)), max_size=5
+    ),
+)
+@settings(max_examples=30)
+def test_inflight_tokens_matches_the_reference(page_size, running):
+    """No request running, and requests with tokens left to generate, or none."""
+
+    def build() -> tuple:
+        decode = DecodeManager(page_size)
+        for uid, (prompt_len, generated, max_tokens) in enumerate(running):
+            req = make_req(list(range(prompt_len)), uid, output_len=max_tokens)
+            for _ in range(min(generated, max_tokens)):
+                req.complete_one()
+            decode.running_reqs[uid] = req
+        return (decode,)
+
+    assert_same_call(DecodeManager.inflight_tokens.fget, build=build)
+
+
+def test_the_scheduler_runs_a_workload_as_the_reference_does():
+    """Every chapter 8 stub through the scheduler, with a prefix cache that shares and evicts
+    (PagePrefixCache) in a pool that fits one request at a time: prompts sharing a prefix or
+    repeated, their pages allocated, cached, shared, freed and evicted; the same batches, KV
+    slots, tokens and free pages step by step as with the reference's code."""
+    p0, p1, p2, p3 = shared_prefix_prompts(0)[:4]  # p0 and p3 share their first 20 tokens
+    prompts = [p0[:24], p1[:12], p3[:24], p0[:24], p2[:10]]
+    params = SamplingParams(max_tokens=3, ignore_eos=True)
+
+    def run() -> list[str]:
+        scheduler = scheduler_for(QWEN3, page_size=2, num_pages=20, max_running_req=2)
+        scheduler.cache_manager.prefix_cache = PagePrefixCache(page_size=2)
+        return scheduler_trace(scheduler, [(ids, params) for ids in prompts])
+
+    assert_same_trace(8, run, "a workload with a prefix cache")

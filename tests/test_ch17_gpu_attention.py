@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 import torch
 from conftest import TINY_MODELS, greedy, guarded_llm, require_model
+from course.differential import Tolerance, assert_same_call, use_reference_stubs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.overrides import TorchFunctionMode
@@ -810,3 +811,210 @@ def test_greedy_tokens_equal_the_torch_backend(monkeypatch, fake, config):
     assert ("decode", "plan") in fake.log and ("prefill", "plan") in fake.log
     assert tokens["flashinfer"] == tokens["torch"]
     assert fake.syncs == [], "the step waited for the device:\n" + "\n".join(fake.syncs)
+
+
+# --- every stub against the reference (tools/course/differential.py) ---------------------------
+# The same generated inputs go to your stub and to the reference's body of it (compiled into
+# your module, so it sees your other code): return values, changes to the arguments and to
+# self, and exceptions must match. The backend's stubs run over FakeFlashInfer, whose wrappers
+# keep what they were planned with and log every plan and run: a plan of other lists, a plan
+# too many, or a run of the wrong wrapper shows.
+
+ROW_LEN = 64  # tokens of a page-table row: the longest request the tests place
+DIFF_HEADS, DIFF_KV_HEADS, DIFF_HEAD_DIM = 4, 2, 8
+PAGE_SIZES = [1, 2, 4, 16]
+CPU_DEVICE = torch.device("cpu")
+GREEDY = SamplingParams()
+# describe() calls these two: the tests of the backend's methods run the reference's of them,
+# so that each test compares one stub (yours of them have their own tests).
+PAGE_LIST_STUBS = {"attention/fi.py:page_lists", "attention/fi.py:gather_page_indices"}
+
+
+@st.composite
+def page_batches(draw: st.DrawFn, max_reqs: int = 6) -> tuple[list[int], list[int], int]:
+    """(seq_lens, extend_lens, page_size): lengths from 1 to a whole page-table row, many of
+    them exactly at a page boundary or one token either side of it; new tokens from 1 to all."""
+    page_size = draw(st.sampled_from(PAGE_SIZES))
+    at_boundary = st.builds(
+        lambda pages, offset: min(ROW_LEN, max(1, pages * page_size + offset)),
+        st.integers(1, ROW_LEN // page_size),
+        st.sampled_from([-1, 0, 1]),
+    )
+    seq_lens = draw(
+        st.lists(
+            st.one_of(st.integers(1, ROW_LEN), at_boundary, st.just(ROW_LEN)), max_size=max_reqs
+        )
+    )
+    extend_lens = [draw(st.one_of(st.integers(1, n), st.just(n))) for n in seq_lens]
+    return seq_lens, extend_lens, page_size
+
+
+@settings(max_examples=50)
+@given(batch=page_batches(max_reqs=10))
+def test_page_lists_matches_the_reference(batch):
+    """Empty batches too; every length class around a page's end."""
+    seq_lens, extend_lens, page_size = batch
+    assert_same_call(page_lists, seq_lens, extend_lens, page_size)
+
+
+def placed_requests(
+    seq_lens: list[int], page_size: int, seed: int
+) -> tuple[torch.Tensor, list[int], int]:
+    """A page table ([2n + 1, ROW_LEN] int32, -1 where no request is) with each request on
+    random distinct pages of a pool just large enough, in random distinct rows; the rows and
+    the pool's page count."""
+    rng = random.Random(seed)
+    pages_needed = [-(-n // page_size) for n in seq_lens]
+    num_pages = sum(pages_needed) + 2
+    table = torch.full((2 * len(seq_lens) + 1, ROW_LEN), -1, dtype=torch.int32)
+    rows = rng.sample(range(len(table)), len(seq_lens))
+    free = rng.sample(range(num_pages), sum(pages_needed))
+    for row, n in zip(rows, seq_lens):
+        for pos in range(n):
+            if pos % page_size == 0:
+                page = free.pop()
+            table[row, pos] = page * page_size + pos % page_size
+    return table, rows, num_pages
+
+
+def gather_inputs(seq_lens: list[int], page_size: int, seed: int) -> tuple[Any, ...]:
+    """gather_page_indices' arguments as the backend passes them: int64 rows, int32 page
+    counts and offsets, on a table of random placements."""
+    table, rows, _ = placed_requests(seq_lens, page_size, seed)
+    num_pages = [-(-n // page_size) for n in seq_lens]
+    kv_indptr = list(itertools.accumulate(num_pages, initial=0))
+    return (
+        table,
+        torch.tensor(rows, dtype=torch.int64),
+        torch.tensor(num_pages, dtype=torch.int32),
+        torch.tensor(kv_indptr, dtype=torch.int32),
+        kv_indptr[-1],
+        page_size,
+    )
+
+
+@settings(max_examples=40)
+@given(batch=page_batches(), seed=st.integers(0, 2**16))
+def test_gather_page_indices_matches_the_reference(batch, seed):
+    """Random pages and rows, requests up to a whole row, an empty batch too."""
+    seq_lens, _, page_size = batch
+    assert_same_call(gather_page_indices, *gather_inputs(seq_lens, page_size, seed))
+
+
+@contextmanager
+def small_workspace() -> Iterator[None]:
+    """Backends built within hold a 1 KiB workspace: FakeFlashInfer never reads it, and both
+    sides of a comparison build their own (128 MiB each, compared byte by byte, otherwise)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fi, "WORKSPACE_BYTES", 1024)
+        yield
+
+
+def backend_and_batch(
+    seq_lens: list[int],
+    cached_lens: list[int],
+    phase: str,
+    page_size: int,
+    dtype: torch.dtype,
+    seed: int,
+) -> tuple[FlashInferBackend, Batch]:
+    """A FlashInferBackend over FakeFlashInfer, its 2-layer pool filled with noise (and shown
+    to the comparison as `kv_cache.buffer`; its last page is a spare one no request holds),
+    and a batch of requests on random pages and rows with their input ids, positions and KV
+    slots."""
+    table, rows, num_pages = placed_requests(seq_lens, page_size, seed)
+    slots = (num_pages + 1) * page_size
+    pool = MHAKVCache(slots, 2, DIFF_KV_HEADS, DIFF_HEAD_DIM, dtype, CPU_DEVICE)
+    pool.buffer = pool._buffer  # a public name: the comparison sees the pool's contents
+    noise = torch.randn(pool.buffer.shape, generator=torch.Generator().manual_seed(seed))
+    pool.buffer.copy_(noise)
+    with small_workspace():
+        backend = FlashInferBackend(
+            pool, table, page_size, DIFF_HEADS, DIFF_KV_HEADS, DIFF_HEAD_DIM, FakeFlashInfer()
+        )
+    return backend, placed_batch(table, rows, seq_lens, cached_lens, phase, seed)
+
+
+def placed_batch(
+    table: torch.Tensor,
+    rows: list[int],
+    seq_lens: list[int],
+    cached_lens: list[int],
+    phase: str,
+    seed: int,
+) -> Batch:
+    """A batch of requests of these lengths in these rows of the page table, with their
+    input ids, positions and KV slots (the same prompt tokens for the same seed)."""
+    gen = torch.Generator().manual_seed(seed)
+    reqs = [
+        Req(torch.randint(0, 1000, (n,), generator=gen, dtype=torch.int32), row, c, 4, uid, GREEDY)
+        for uid, (row, n, c) in enumerate(zip(rows, seq_lens, cached_lens))
+    ]
+    batch = Batch(reqs, phase)
+    empty = [torch.empty(0, dtype=torch.int64)]  # for a batch of no request
+    batch.positions = torch.cat([torch.arange(r.cached_len, r.device_len) for r in reqs] + empty)
+    rows_of_tokens = torch.cat([torch.full((r.extend_len,), r.table_idx) for r in reqs] + empty)
+    batch.out_loc = table[rows_of_tokens, batch.positions]
+    batch.input_ids = torch.cat([r.input_ids[r.cached_len :] for r in reqs] + empty).int()
+    return batch
+
+
+@st.composite
+def flashinfer_batches(draw: st.DrawFn) -> dict[str, Any]:
+    """backend_and_batch's arguments: 1 to 5 requests, prefills on no cached prefix, any, or
+    all but the last token (one new token each, as a decode has), or decodes; every page
+    size, float32 or bfloat16."""
+    seq_lens, _, page_size = draw(page_batches(max_reqs=5).filter(lambda b: b[0]))
+    phase = draw(st.sampled_from(["prefill", "decode"]))
+    prefix = draw(st.sampled_from(["none", "any", "all but the last token"]))
+    if phase == "decode" or prefix == "all but the last token":  # one new token each
+        cached_lens = [n - 1 for n in seq_lens]
+    elif prefix == "any":
+        cached_lens = [draw(st.integers(0, n - 1)) for n in seq_lens]
+    else:
+        cached_lens = [0] * len(seq_lens)
+    seed = draw(st.integers(0, 2**16))
+    return dict(
+        seq_lens=seq_lens,
+        cached_lens=cached_lens,
+        phase=phase,
+        page_size=page_size,
+        dtype=draw(st.sampled_from([torch.float32, torch.bfloat16])),
+        seed=seed,
+    )
+
+
+@settings(max_examples=25)
+@given(spec=flashinfer_batches())
+def test_prepare_metadata_matches_the_reference(spec):
+    """The metadata stored in the batch (last_indices, the wrapper and everything it was
+    planned with) and the wrappers' log of plans."""
+    with use_reference_stubs(17, only=PAGE_LIST_STUBS):
+        assert_same_call(
+            FlashInferBackend.prepare_metadata, build=lambda: backend_and_batch(**spec)
+        )
+
+
+# The chapter's other stubs, for planning the batches forward runs on: as the reference plans.
+PLANNING = PAGE_LIST_STUBS | {"attention/fi.py:FlashInferBackend.prepare_metadata"}
+FORWARD_TOLERANCE = {torch.float32: Tolerance(1e-5, 1e-5), torch.bfloat16: Tolerance(0.02, 0.02)}
+
+
+@settings(max_examples=15)
+@given(spec=flashinfer_batches(), layer_id=st.integers(0, 1))
+def test_forward_matches_the_reference(spec, layer_id):
+    """One layer's forward on a planned batch, q a strided view (as a fused projection gives):
+    the attention output, the pool after the store (both layers), the wrappers' log."""
+
+    def build() -> tuple:
+        with use_reference_stubs(17, only=PLANNING):
+            backend, batch = backend_and_batch(**spec)
+            backend.prepare_metadata(batch)
+        gen = torch.Generator().manual_seed(spec["seed"] + 1)
+        tokens, dtype = len(batch.out_loc), spec["dtype"]
+        q = torch.randn(tokens, DIFF_HEADS, DIFF_HEAD_DIM + 3, generator=gen).to(dtype)
+        k, v = torch.randn(2, tokens, DIFF_KV_HEADS, DIFF_HEAD_DIM, generator=gen).to(dtype)
+        return backend, q[..., :DIFF_HEAD_DIM], k, v, layer_id, batch
+
+    tolerance = FORWARD_TOLERANCE[spec["dtype"]]
+    assert_same_call(FlashInferBackend.forward, build=build, tolerance=tolerance)

@@ -14,22 +14,38 @@ inputs, padding rows writing into live K/V, or the wrong graph for a batch all c
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import torch
 from conftest import TINY_MODELS, greedy, guarded_llm, require_model
+from course.differential import (
+    Tolerance,
+    assert_same_call,
+    chapter_stubs,
+    differences,
+    reference_function,
+    use_reference_stubs,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_ch17_gpu_attention import (
+    DIFF_HEAD_DIM,
+    DIFF_HEADS,
+    PAGE_LIST_STUBS,
     FakeFlashInfer,
     HostSyncGuard,
+    backend_and_batch,
     fill_pool,
     hand_batch,
+    page_batches,
     pages_by_walking,
+    placed_batch,
     prompts,
     student_line,
     use_fake_flashinfer,
@@ -37,8 +53,8 @@ from test_ch17_gpu_attention import (
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves
 
-from minisgl.attention.fi import PageLists, page_lists, pad_page_lists
-from minisgl.core import Batch
+from minisgl.attention.fi import FlashInferBackend, PageLists, page_lists, pad_page_lists
+from minisgl.core import Batch, Context, get_global_ctx
 from minisgl.engine import Engine, EngineConfig
 from minisgl.engine import graph as graph_module
 from minisgl.engine.graph import GraphRunner, graph_batch_sizes
@@ -413,3 +429,331 @@ def test_tokens_with_graphs_equal_tokens_without(greedy_runs, fake):
     assert sum(replays.values()) > 10 and len(padded_sizes) >= 2, f"replays per size: {replays}"
     assert with_graphs == eager
     assert fake.syncs == [], "the step waited for the device:\n" + "\n".join(fake.syncs)
+
+
+# --- every stub against the reference (tools/course/differential.py) ---------------------------
+# The same generated inputs go to your stub and to the reference's body of it (compiled into
+# your module, so it sees your other code): return values, changes to the arguments and to
+# self, and exceptions must match. Each test runs the chapter's other stubs (and chapter 17's
+# page lists) as the reference has them, so a difference is the one stub's. GraphRunner's
+# stubs run on runners whose graphs are small stand-ins: `ProbeGraph` replays what the fixed
+# inputs hold, `recording_graphs` notes what each capture saw.
+
+GRAPH_MAX_BS = 8  # the largest graph of the backends the comparisons plan for
+
+
+def reference_stubs_but(*stubs: str) -> Any:
+    """The chapter's stubs other than `stubs`, and chapter 17's page lists, as the reference
+    has them (a context manager)."""
+    others = set(chapter_stubs(18)) - set(stubs)
+    stack = contextlib.ExitStack()
+    stack.enter_context(use_reference_stubs(17, only=PAGE_LIST_STUBS))
+    stack.enter_context(use_reference_stubs(18, only=others))
+    return stack
+
+
+def lists_of(seq_lens: list[int], extend_lens: list[int], page_size: int) -> PageLists:
+    """page_lists' result, computed here (pad_page_lists' input is not its test's subject)."""
+    num_pages = [-(-n // page_size) for n in seq_lens]
+    return PageLists(
+        num_pages,
+        list(itertools.accumulate(num_pages, initial=0)),
+        list(itertools.accumulate(extend_lens, initial=0)),
+        [n - (p - 1) * page_size for n, p in zip(seq_lens, num_pages)],
+    )
+
+
+@settings(max_examples=40)
+@given(batch=page_batches(max_reqs=8), extra=st.integers(-3, 10))
+def test_pad_page_lists_matches_the_reference(batch, extra):
+    """The lists of any batch (a capture's empty one too), padded to fewer rows than it has,
+    exactly as many, or up to 10 more; the lists given must be left as they were."""
+    seq_lens, extend_lens, page_size = batch
+    lists = lists_of(seq_lens, extend_lens, page_size)
+    assert_same_call(pad_page_lists, lists, max(0, len(seq_lens) + extra))
+
+
+@st.composite
+def graph_batches(draw: st.DrawFn) -> dict[str, Any]:
+    """A decode batch of 0 (as at capture) to 5 requests, the size of the graph it is planned
+    for, and the batches planned before it on the same backend: its requests (all or the
+    first few) 0 to page_size tokens earlier, so with the same pages per request or fewer,
+    for the same graph or another one."""
+    seq_lens, _, page_size = draw(page_batches(max_reqs=5))
+    graph_size = draw(st.integers(max(1, len(seq_lens)), GRAPH_MAX_BS))
+    earlier = st.tuples(
+        st.integers(0, len(seq_lens)),  # requests kept
+        st.integers(0, page_size),  # tokens earlier
+        st.one_of(st.none(), st.integers(1, GRAPH_MAX_BS)),  # None: the same graph
+    )
+    return dict(
+        seq_lens=seq_lens,
+        page_size=page_size,
+        graph_size=graph_size,
+        history=draw(st.lists(earlier, max_size=2)),
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+def planned_backend(
+    seq_lens: list[int],
+    page_size: int,
+    graph_size: int,
+    history: list[tuple[int, int, int | None]],
+    seed: int,
+) -> tuple[FlashInferBackend, Batch, int, int]:
+    """prepare_for_graph's arguments: a backend set up for graphs up to GRAPH_MAX_BS rows, its
+    graphs planned for the earlier batches (by the reference), the decode batch, its graph's
+    size and the spare page."""
+    cached = [n - 1 for n in seq_lens]
+    backend, batch = backend_and_batch(seq_lens, cached, "decode", page_size, torch.float32, seed)
+    backend.init_cuda_graph(GRAPH_MAX_BS)
+    pad_page = backend.kv_cache.num_slots // page_size - 1
+    rows = [req.table_idx for req in batch.reqs]
+    prepare_for_graph = reference_function(FlashInferBackend, "prepare_for_graph")
+    for kept, tokens_earlier, size in history:
+        lens = [max(1, n - tokens_earlier) for n in seq_lens[:kept]]
+        before = placed_batch(
+            backend.page_table, rows[:kept], lens, [n - 1 for n in lens], "decode", seed
+        )
+        prepare_for_graph(
+            backend, before, graph_size if size is None else max(size, kept), pad_page
+        )
+    return backend, batch, graph_size, pad_page
+
+
+@settings(max_examples=25)
+@given(spec=graph_batches())
+def test_prepare_for_graph_matches_the_reference(spec):
+    """The metadata (last_indices, the graph's wrapper with its fixed buffers, its plan and the
+    split of the work it was planned for) and the log of plans, fast plans included."""
+    with reference_stubs_but("attention/fi.py:FlashInferBackend.prepare_for_graph"):
+        assert_same_call(FlashInferBackend.prepare_for_graph, build=lambda: planned_backend(**spec))
+
+
+@settings(max_examples=40)
+@given(max_batch_size=st.one_of(st.integers(1, 80), st.integers(81, 600), st.just(256)))
+def test_graph_batch_sizes_matches_the_reference(max_batch_size):
+    assert_same_call(graph_batch_sizes, max_batch_size)
+
+
+class NoAttention:
+    """The attention backend of a runner whose graphs are stand-ins: nothing to plan."""
+
+    def init_cuda_graph(self, max_batch_size: int) -> None:
+        self.max_batch_size = max_batch_size
+
+    def prepare_for_graph(self, batch: Batch, graph_batch_size: int, pad_page: int) -> None:
+        raise AssertionError("replay plans nothing: prepare did")
+
+
+class ProbeGraph:
+    """A graph captured over a runner's fixed inputs: its replay reads the very tensors it was
+    captured with, as a CUDA graph does, and writes each of its rows' token id, position and
+    KV slot into its output (what the logits of that row would depend on)."""
+
+    def __init__(self, runner: GraphRunner, size: int) -> None:
+        self.inputs = (runner.input_ids, runner.positions, runner.out_loc)
+        self.output = torch.zeros(size, 3)
+        self.replays = 0
+
+    def replay(self) -> None:
+        self.replays += 1
+        size = len(self.output)
+        self.output.copy_(torch.stack([t[:size].double() for t in self.inputs], dim=1))
+
+
+def probe_runner(max_batch_size: int, page_size: int = 4) -> GraphRunner:
+    """A GraphRunner whose every graph is a ProbeGraph (captured, as far as it knows)."""
+    table = torch.zeros(2, 16, dtype=torch.int32)
+    ctx = Context(page_size, None, table, None)  # type: ignore[arg-type] - never forwards
+    with use_reference_stubs(18, only={"engine/graph.py:graph_batch_sizes"}):
+        runner = GraphRunner(torch.nn.Identity(), ctx, NoAttention(), max_batch_size, 5)
+    runner.graphs = {size: ProbeGraph(runner, size) for size in runner.batch_sizes}
+    runner.logits = {size: graph.output for size, graph in runner.graphs.items()}
+    return runner
+
+
+RUNNER_SIZES = st.sampled_from([1, 2, 3, 8, 12, 20])
+
+
+@settings(max_examples=30)
+@given(max_batch_size=RUNNER_SIZES, data=st.data(), phase=st.sampled_from(["decode", "prefill"]))
+def test_can_run_matches_the_reference(max_batch_size, data, phase):
+    """Batches of 1 row to 3 rows past the largest graph, decodes and prefills."""
+    size = data.draw(st.integers(1, max_batch_size + 3), label="batch size")
+    batch = Batch([None] * size, phase)  # type: ignore[list-item] - rows, not requests
+    assert_same_call(GraphRunner.can_run, build=lambda: (probe_runner(max_batch_size), batch))
+
+
+@settings(max_examples=30)
+@given(max_batch_size=RUNNER_SIZES, data=st.data())
+def test_graph_size_matches_the_reference(max_batch_size, data):
+    """Every batch size a graph holds: 1 to the largest graph's."""
+    size = data.draw(st.integers(1, max_batch_size), label="batch size")
+    assert_same_call(GraphRunner.graph_size, build=lambda: (probe_runner(max_batch_size), size))
+
+
+def decode_inputs(size: int, seed: int) -> Batch:
+    """A decode batch of `size` rows: random token ids, positions and distinct KV slots."""
+    gen = torch.Generator().manual_seed(seed)
+    batch = Batch([None] * size, "decode")  # type: ignore[list-item] - rows, not requests
+    batch.input_ids = torch.randint(0, 1000, (size,), generator=gen, dtype=torch.int32)
+    batch.positions = torch.randint(0, 500, (size,), generator=gen)
+    batch.out_loc = torch.randperm(200, generator=gen)[:size].int() + 8
+    return batch
+
+
+def what_replay_did(
+    replay: Callable[[GraphRunner, Batch], torch.Tensor],
+    max_batch_size: int,
+    earlier: list[int],
+    size: int,
+) -> dict[str, Any]:
+    """Replay a batch of `size` rows on a probe runner after the earlier batches (replayed by
+    the reference): what a replay's contract speaks of. The padding rows' token ids and
+    positions are left out (whatever they hold, nobody reads their logits), and so are the
+    fixed inputs' rows past the graph's size (no graph this size reads them)."""
+    runner = probe_runner(max_batch_size)
+    reference_replay = reference_function(GraphRunner, "replay")
+    for i, before in enumerate(earlier):
+        reference_replay(runner, decode_inputs(before, seed=i))
+    fixed = (runner.input_ids, runner.positions, runner.out_loc)
+    batch = decode_inputs(size, seed=len(earlier))
+    try:
+        logits = replay(runner, batch)
+    except Exception as error:  # noqa: BLE001 - compared with the reference's outcome
+        return {"raised": f"{type(error).__name__}: {error}"}
+    graph_size = min(n for n in runner.batch_sizes if n >= size)
+    return {
+        "returned": logits,
+        "replays of each graph": {n: graph.replays for n, graph in runner.graphs.items()},
+        "the fixed inputs are the tensors the graphs captured": [
+            now is then
+            for now, then in zip((runner.input_ids, runner.positions, runner.out_loc), fixed)
+        ],
+        "fixed input_ids of the batch's rows": runner.input_ids[:size],
+        "fixed positions of the batch's rows": runner.positions[:size],
+        "fixed out_loc of the graph's rows": runner.out_loc[:graph_size],
+        "the batch after": (batch.input_ids, batch.positions, batch.out_loc),
+    }
+
+
+@settings(max_examples=30)
+@given(max_batch_size=RUNNER_SIZES, data=st.data())
+def test_replay_matches_the_reference(max_batch_size, data):
+    """A batch of any size after 0 to 2 earlier ones (larger ones leave their rows in the
+    fixed inputs): the logits returned, which graph replayed, and the fixed inputs the
+    replayed graph reads for the batch's rows (and the KV slots of its padding rows)."""
+    sizes = st.integers(1, max_batch_size)
+    earlier = data.draw(st.lists(sizes, max_size=2), label="earlier batch sizes")
+    size = data.draw(sizes, label="batch size")
+    yours = what_replay_did(GraphRunner.replay, max_batch_size, earlier, size)
+    reference = what_replay_did(
+        reference_function(GraphRunner, "replay"), max_batch_size, earlier, size
+    )
+    assert_same_outcome("GraphRunner.replay", yours, reference)
+
+
+def assert_same_outcome(stub: str, yours: dict, reference: dict, tolerance: Any = None) -> None:
+    """Fail, naming the stub (of minisgl/engine/graph.py), where two summaries differ."""
+    found = differences(yours, reference, "outcome", tolerance or Tolerance())
+    if found:
+        raise AssertionError(
+            f"{stub} (minisgl/engine/graph.py) differs from the reference:\n  " + "\n  ".join(found)
+        )
+
+
+class AttendingModel(torch.nn.Module):
+    """A model of one attention layer, for captures: its forward runs the batch's planned
+    wrapper over the pool (FakeFlashInfer refuses a plan for other rows) and returns, per
+    row, its token id, position, KV slot, last_indices entry and attention output's sum."""
+
+    def forward(self) -> torch.Tensor:
+        ctx = get_global_ctx()
+        batch, backend = ctx.batch, ctx.attn_backend
+        q = torch.ones(len(batch.input_ids), DIFF_HEADS, DIFF_HEAD_DIM)
+        pages = (backend.paged(ctx.kv_cache.k_cache(0)), backend.paged(ctx.kv_cache.v_cache(0)))
+        out = batch.attn_metadata.wrapper.run(q, pages)
+        columns = (
+            batch.input_ids,
+            batch.positions,
+            batch.out_loc,
+            batch.attn_metadata.last_indices,
+        )
+        return torch.stack([c.float() for c in columns] + [out.sum((1, 2))], dim=1)
+
+
+def recording_graphs(log: list) -> type:
+    """A graph type, new for each runner: its graphs note their capture's number, their pool,
+    and the plans and runs logged while they captured; memory_in_use counts the bytes of the
+    outputs they hold."""
+    count = itertools.count()
+    pools = itertools.count()
+    held = [0]
+
+    class RecordingGraph:
+        def capture(self, forward: Callable[[], torch.Tensor], pool: object) -> torch.Tensor:
+            self.number, self.pool, start = next(count), pool, len(log)
+            forward()  # the warm-up, as CudaGraph's
+            self.output = forward()
+            self.logged = log[start:]
+            held[0] += self.output.numel() * self.output.element_size()
+            return self.output
+
+        def replay(self) -> None:
+            raise AssertionError("capture replays nothing")
+
+        @staticmethod
+        def new_pool() -> object:
+            return f"pool {next(pools)}"
+
+        @staticmethod
+        def memory_in_use() -> int:
+            return held[0]
+
+    return RecordingGraph
+
+
+def what_capture_did(capture: Callable[[GraphRunner], None], max_bs: int, seed: int) -> dict:
+    """Run `capture` on a new runner (a FlashInferBackend over FakeFlashInfer, AttendingModel,
+    recording_graphs): the graphs by size with what each capture saw, the logits, the log of
+    plans and runs, the bytes, and whether the time recorded is the capture's; or what it
+    raised."""
+    page_size = 4
+    backend, _ = backend_and_batch([], [], "decode", page_size, torch.float32, seed)
+    ctx = Context(page_size, backend.kv_cache, backend.page_table, backend)
+    pad_page = backend.kv_cache.num_slots // page_size - 1
+    runner = GraphRunner(AttendingModel(), ctx, backend, max_bs, pad_page)
+    runner.graph_type = recording_graphs(backend.wrappers.log)
+    started = time.perf_counter()
+    try:
+        capture(runner)
+    except Exception as error:  # noqa: BLE001 - compared with the reference's outcome
+        return {"raised": f"{type(error).__name__}: {error}"}
+    took = time.perf_counter() - started
+    return {
+        "graphs (size: capture number, pool, plans and runs during the capture)": {
+            size: (graph.number, graph.pool, graph.logged)
+            for size, graph in sorted(runner.graphs.items())
+        },
+        "logits": dict(sorted(runner.logits.items())),
+        "logits are the graphs' outputs": all(
+            runner.logits.get(size) is graph.output for size, graph in runner.graphs.items()
+        ),
+        "plans and runs": backend.wrappers.log,
+        "capture_bytes": runner.capture_bytes,
+        "0 < capture_seconds <= the time capture took": 0 < runner.capture_seconds <= took,
+    }
+
+
+@settings(max_examples=8)
+@given(max_bs=st.one_of(st.integers(1, 9), st.just(16), st.just(20)), seed=st.integers(0, 99))
+def test_capture_matches_the_reference(max_bs, seed):
+    """Every graph of the ladder: captured in the reference's order, in one pool, over a
+    batch planned for its size before (not during) its capture, its logits kept; the bytes
+    and time recorded."""
+    with reference_stubs_but("engine/graph.py:GraphRunner.capture"):
+        yours = what_capture_did(GraphRunner.capture, max_bs, seed)
+        reference = what_capture_did(reference_function(GraphRunner, "capture"), max_bs, seed)
+    assert_same_outcome("GraphRunner.capture", yours, reference, Tolerance(1e-6, 1e-6))

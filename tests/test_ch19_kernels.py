@@ -16,19 +16,24 @@ import os
 
 os.environ["TRITON_INTERPRET"] = "1"  # before minisgl.kernels imports triton's jit
 
-from collections.abc import Callable
+import contextlib
+import functools
+import types
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import torch
 from conftest import TINY_MODELS, hf_greedy_cached, require_model, run_until_idle
+from course.differential import Tolerance, call_differences, reference_function
+from course.differential import use_reference_stubs
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_ch17_gpu_attention import HostSyncGuard, gather_arguments
+from test_ch17_gpu_attention import HostSyncGuard, gather_arguments, gather_inputs, page_batches
 
 from minisgl.attention.fi import gather_page_indices as torch_gather_page_indices
 from minisgl.core import Batch, Req, SamplingParams
-from minisgl.kernels import step_inputs
+from minisgl.kernels import kv_store, step_inputs
 from minisgl.kernels.kv_store import KernelKVCache, store_cache
 from minisgl.kernels.step_inputs import KernelTableManager, prepare_inputs, write_next_tokens
 from minisgl.kernels.step_inputs import REQUESTS_PER_PROGRAM, TOKENS_PER_PROGRAM
@@ -409,3 +414,332 @@ def test_scheduler_with_the_kernels_forced_gives_transformers_greedy_tokens(
             tokens[out.uid].append(out.token)
     for uid, ids in zip(uids, ENGINE_PROMPTS):
         assert tokens[uid] == hf_greedy_cached(QWEN3, ids, 6), f"prompt {ids}"
+
+
+# --- every stub against the reference (tools/course/differential.py) ---------------------------
+# Each launcher and each kernel is compared with the reference's on generated inputs, one stub
+# at a time. A launcher (yours and the reference's) launches the reference's kernel: the
+# results, the arguments after (pools, token pool, the batch's tensors), and the launches
+# (grids) and host-to-device copies (dtype, size) must match. A kernel (yours and the
+# reference's) is launched by the reference's launcher: the results and the arguments after
+# must match. The block constants are made small, so that small inputs cross block edges.
+
+
+def stub_name(module: types.ModuleType, name: str) -> str:
+    """A manifest's name of module.name: "kernels/kv_store.py:store_cache"."""
+    return f"{module.__name__.removeprefix('minisgl.').replace('.', '/')}.py:{name}"
+
+
+def where(module: types.ModuleType, name: str) -> str:
+    return f"{name} (minisgl/{module.__name__.removeprefix('minisgl.').replace('.', '/')}.py)"
+
+
+class LaunchRecorder:
+    """A module's kernel, watched: each launch on a grid of at least one program is noted
+    (a launch on an empty grid runs nothing: launching it or not is the same), and so is each
+    host-to-device copy made with the module's make_device_tensor."""
+
+    def __init__(self, patch: pytest.MonkeyPatch, module: types.ModuleType, kernel: str) -> None:
+        self.events: list[str] = []
+        real_kernel = getattr(module, kernel)
+        recorder = self
+
+        class Watched:
+            def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., None]:
+                grid = tuple(grid)
+                if all(n > 0 for n in grid):
+                    recorder.events.append(f"launch of {kernel} on grid {grid}")
+                return real_kernel[grid]
+
+        patch.setattr(module, kernel, Watched())
+        if hasattr(module, "make_device_tensor"):
+            real_copy = module.make_device_tensor
+
+            def copy(data: Any, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+                tensor = real_copy(data, dtype, device)
+                recorder.events.append(f"copy of {tensor.numel()} {dtype} values")
+                return tensor
+
+            patch.setattr(module, "make_device_tensor", copy)
+
+    def side(self) -> None:
+        self.events.append("")  # a side of the comparison starts
+
+
+@contextlib.contextmanager
+def reference_kernel(module: types.ModuleType, kernel: str, chapter: int = 19) -> Iterator[None]:
+    """Within the block, the module's kernel is the reference's (a stub of `chapter`)."""
+    with use_reference_stubs(chapter, only={stub_name(module, kernel)}):
+        yield
+
+
+def assert_same_launcher(
+    module: types.ModuleType,
+    launcher: str,
+    kernel: str,
+    build: Callable[[], tuple],
+    tolerance: Tolerance = Tolerance(),
+) -> None:
+    """Your launcher against the reference's, both launching the reference's kernel."""
+    with reference_kernel(module, kernel), pytest.MonkeyPatch.context() as patch:
+        recorder = LaunchRecorder(patch, module, kernel)
+        stub = getattr(module, launcher)
+        found = call_differences(
+            stub, build=lambda: (recorder.side(), build())[1], tolerance=tolerance
+        )
+    yours, reference = split_sides(recorder.events)
+    if yours != reference:
+        found.append(f"launches and copies: yours {yours}, the reference's {reference}")
+    if found:
+        raise AssertionError(
+            f"{where(module, launcher)} differs from the reference:\n  " + "\n  ".join(found)
+        )
+
+
+def split_sides(events: list[str]) -> tuple[list[str], list[str]]:
+    """The events of the two sides (yours first), each begun by an empty marker."""
+    starts = [i for i, event in enumerate(events) if event == ""]
+    assert len(starts) == 2, f"expected two sides, got {len(starts)}"
+    return events[starts[0] + 1 : starts[1]], events[starts[1] + 1 :]
+
+
+def assert_same_kernel(
+    module: types.ModuleType,
+    kernel: str,
+    launch: Callable[..., Any],
+    build: Callable[[], tuple],
+    tolerance: Tolerance = Tolerance(),
+    chapter: int = 19,
+) -> None:
+    """Your kernel against the reference's, both launched by `launch` (a function that looks
+    the kernel up in `module` when it runs: the reference's launcher), on build()'s inputs."""
+
+    @functools.wraps(launch)
+    def with_reference_kernel(*args: Any) -> Any:
+        with reference_kernel(module, kernel, chapter):
+            return launch(*args)
+
+    found = call_differences(
+        launch, build=build, reference=with_reference_kernel, tolerance=tolerance
+    )
+    if found:
+        raise AssertionError(
+            f"{where(module, kernel)} differs from the reference's kernel, both launched by the "
+            "reference's launcher:\n  " + "\n  ".join(found)
+        )
+
+
+@st.composite
+def kv_stores(draw: st.DrawFn, bad_layouts: bool = False) -> dict[str, Any]:
+    """store_cache's inputs: 0 to 6 tokens, 1 to 3 KV heads, head sizes 1 to 24 (powers of two
+    and not), float32/bfloat16/float16, pools contiguous or with padded slots and heads, k and
+    v strided views of one qkv tensor; with bad_layouts, sometimes pools of two layouts or
+    head rows that are not contiguous (which store_cache refuses)."""
+    layout = "ok"
+    if bad_layouts:
+        layout = draw(st.sampled_from(["ok", "ok", "pools differ", "k strided", "v strided"]))
+    return dict(
+        tokens=draw(st.integers(0, 6)),
+        kv_heads=draw(st.integers(1, 3)),
+        head_dim=draw(st.one_of(st.integers(1, 24), st.sampled_from([8, 16]))),
+        extra_slots=draw(st.integers(0, 6)),
+        dtype=draw(st.sampled_from([torch.float32, torch.bfloat16, torch.float16])),
+        padded_pools=draw(st.booleans()),
+        layout=layout,
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+def kv_store_inputs(
+    tokens: int,
+    kv_heads: int,
+    head_dim: int,
+    extra_slots: int,
+    dtype: torch.dtype,
+    padded_pools: bool,
+    layout: str,
+    seed: int,
+) -> tuple:
+    """(k_cache, v_cache, k, v, out_loc) from kv_stores' description, noise everywhere."""
+    gen = torch.Generator().manual_seed(seed)
+    slots = tokens + extra_slots + 1
+    pad = (1, 3) if padded_pools else (0, 0)
+    k_cache, v_cache = torch.randn(2, slots, kv_heads + pad[0], head_dim + pad[1], generator=gen)
+    k_cache, v_cache = (c[:, :kv_heads, :head_dim].to(dtype) for c in (k_cache, v_cache))
+    if layout == "pools differ":
+        v_cache = torch.randn(slots, kv_heads + 1, head_dim, generator=gen).to(dtype)[:, 1:]
+    qkv = torch.randn(tokens, 3, kv_heads, 2 * head_dim + 1, generator=gen).to(dtype)
+    k, v = qkv[:, 1, :, :head_dim], qkv[:, 2, :, 1 : head_dim + 1]
+    if layout == "k strided":
+        k = qkv[:, 1, :, : 2 * head_dim : 2]
+    if layout == "v strided":
+        v = qkv[:, 2, :, : 2 * head_dim : 2]
+    out_loc = torch.randperm(slots, generator=gen)[:tokens].to(torch.int32)
+    return k_cache, v_cache, k, v, out_loc
+
+
+@settings(max_examples=10)
+@given(spec=kv_stores(bad_layouts=True))
+def test_store_cache_matches_the_reference(spec):
+    assert_same_launcher(
+        kv_store, "store_cache", "store_kv_kernel", lambda: kv_store_inputs(**spec)
+    )
+
+
+@settings(max_examples=10)
+@given(spec=kv_stores())
+def test_store_kv_kernel_matches_the_reference(spec):
+    assert_same_kernel(
+        kv_store,
+        "store_kv_kernel",
+        reference_function(kv_store, "store_cache"),
+        lambda: kv_store_inputs(**spec),
+    )
+
+
+# Blocks of these comparisons: small enough that small inputs cross block edges, large enough
+# for few programs (the interpreter's time goes by the program, not by the block's size).
+SMALL_BLOCKS = dict(TOKENS_PER_PROGRAM=16, REQUESTS_PER_PROGRAM=4, PAGES_PER_BLOCK=16)
+SMALL_BLOCK = SMALL_BLOCKS["TOKENS_PER_PROGRAM"]
+
+
+@contextlib.contextmanager
+def small_blocks() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as patch:
+        for name, size in SMALL_BLOCKS.items():
+            patch.setattr(step_inputs, name, size)
+        yield
+
+
+TABLE_ROWS, TABLE_LEN = 6, 48
+
+
+@st.composite
+def step_batches(draw: st.DrawFn) -> dict[str, Any]:
+    """1 to 4 requests on distinct rows of a TABLE_ROWS x TABLE_LEN table: cached prefixes of
+    0 to 20 tokens, up to 3 blocks of new tokens (a block exactly, one past it), up to a whole
+    row; pages of 1 or 4 slots."""
+    count = draw(st.integers(1, 4))
+    rows = draw(st.permutations(range(TABLE_ROWS)))[:count]
+    ledgers = []
+    for row in rows:
+        cached = draw(st.integers(0, 20))
+        extend = draw(
+            st.one_of(
+                st.integers(1, 2 * SMALL_BLOCK + 1),
+                st.sampled_from([SMALL_BLOCK, SMALL_BLOCK + 1]),
+                st.just(TABLE_LEN - cached),
+            )
+        )
+        ledgers.append((row, cached, min(TABLE_LEN, cached + extend)))
+    return dict(
+        ledgers=ledgers,
+        page_size=draw(st.sampled_from([1, 4])),
+        dtype=draw(st.sampled_from([torch.int32, torch.int64])),
+        phase=draw(st.sampled_from(["prefill", "decode"])),
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+def step_inputs_of(
+    ledgers: list, page_size: int, dtype: torch.dtype, phase: str, seed: int
+) -> tuple:
+    """prepare_inputs' arguments: a batch of the ledgers, a random token pool and a paged
+    table, both of `dtype` (a TableManager's token pool is zeros_like its page table)."""
+    table = paged_table(TABLE_ROWS, TABLE_LEN, page_size, seed).to(dtype)
+    gen = torch.Generator().manual_seed(seed)
+    token_pool = torch.randint(0, 50_000, table.shape, generator=gen, dtype=dtype)
+    return Batch(make_reqs(ledgers), phase), token_pool, table
+
+
+@settings(max_examples=10)
+@given(spec=step_batches())
+def test_prepare_inputs_matches_the_reference(spec):
+    with small_blocks():
+        assert_same_launcher(
+            step_inputs, "prepare_inputs", "prepare_inputs_kernel", lambda: step_inputs_of(**spec)
+        )
+
+
+@settings(max_examples=10)
+@given(spec=step_batches())
+def test_prepare_inputs_kernel_matches_the_reference(spec):
+    with small_blocks():
+        assert_same_kernel(
+            step_inputs,
+            "prepare_inputs_kernel",
+            reference_function(step_inputs, "prepare_inputs"),
+            lambda: step_inputs_of(**spec),
+        )
+
+
+@st.composite
+def sampled_steps(draw: st.DrawFn) -> dict[str, Any]:
+    """1 to 10 requests (up to 3 programs of writers), each with 0 (it samples no token), 1
+    or more tokens left to sample, on distinct rows; uids unlike their batch positions."""
+    remaining = draw(st.lists(st.sampled_from([0, 0, 1, 4]), min_size=1, max_size=10))
+    return dict(remaining=remaining, seed=draw(st.integers(0, 2**16)))
+
+
+def sampled_inputs(remaining: list[int], seed: int) -> tuple:
+    """write_next_tokens' arguments: a decode batch, its sampled tokens, a random token pool."""
+    gen = torch.Generator().manual_seed(seed)
+    rows = torch.randperm(len(remaining) + 2, generator=gen).tolist()
+    reqs = [
+        Req(torch.arange(3 + i % 7, dtype=torch.int32), rows[i], 0, left, 50 - i, SamplingParams())
+        for i, left in enumerate(remaining)
+    ]
+    next_tokens = torch.randint(0, 50_000, (len(reqs),), generator=gen)
+    token_pool = torch.randint(0, 50_000, (len(reqs) + 2, 24), generator=gen, dtype=torch.int32)
+    return Batch(reqs, "decode"), next_tokens, token_pool
+
+
+@settings(max_examples=10)
+@given(spec=sampled_steps())
+def test_write_next_tokens_matches_the_reference(spec):
+    with small_blocks():
+        assert_same_launcher(
+            step_inputs,
+            "write_next_tokens",
+            "write_next_tokens_kernel",
+            lambda: sampled_inputs(**spec),
+        )
+
+
+@settings(max_examples=10)
+@given(spec=sampled_steps())
+def test_write_next_tokens_kernel_matches_the_reference(spec):
+    with small_blocks():
+        assert_same_kernel(
+            step_inputs,
+            "write_next_tokens_kernel",
+            reference_function(step_inputs, "write_next_tokens"),
+            lambda: sampled_inputs(**spec),
+        )
+
+
+@settings(max_examples=10)
+@given(batch=page_batches(max_reqs=5), seed=st.integers(0, 2**16))
+def test_gather_page_indices_matches_the_reference(batch, seed):
+    """Chapter 17's page lists (an empty batch too), requests up to a whole table row."""
+    seq_lens, _, page_size = batch
+    with small_blocks():
+        assert_same_launcher(
+            step_inputs,
+            "gather_page_indices",
+            "gather_page_indices_kernel",
+            lambda: gather_inputs(seq_lens, page_size, seed),
+        )
+
+
+@settings(max_examples=10)
+@given(batch=page_batches(max_reqs=5), seed=st.integers(0, 2**16))
+def test_gather_page_indices_kernel_matches_the_reference(batch, seed):
+    seq_lens, _, page_size = batch
+    with small_blocks():
+        assert_same_kernel(
+            step_inputs,
+            "gather_page_indices_kernel",
+            reference_function(step_inputs, "gather_page_indices"),
+            lambda: gather_inputs(seq_lens, page_size, seed),
+        )

@@ -15,12 +15,20 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import ROOT, TINY_MODELS, require_model
+from course.differential import (
+    EXACT,
+    Tolerance,
+    assert_same_call,
+    call_differences,
+    describe,
+    reference_of,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from server_fixture import LiveServer, start_server
@@ -500,3 +508,242 @@ def test_four_concurrent_streams_against_a_live_server_give_sane_figures(server)
     for name in ("ttft", "itl", "latency"):
         assert 0 <= summary[f"{name}_p50_ms"] <= summary[f"{name}_p90_ms"]
         assert summary[f"{name}_p90_ms"] <= summary[f"{name}_p99_ms"] <= seconds * 1e3
+
+
+# --- every stub against the reference (tools/course/differential.py) ---------------------------
+# The same generated inputs go to your stub and to the reference's body of it (compiled into
+# your module, so it sees your other code): return values, changes to the arguments and to
+# self, and exceptions must match. Floats within rounding: a correct figure may be computed in
+# another order (a percentile of milliseconds, or of seconds times 1000).
+
+ROUNDING = Tolerance(rtol=1e-9, atol=1e-9)
+
+
+def assert_same_observed(
+    stub: Callable,
+    observed: Callable[[Callable], Callable],
+    *args: object,
+    build: Callable[[], tuple] | None = None,
+    tolerance: Tolerance = ROUNDING,
+) -> None:
+    """assert_same_call of `observed(stub)` against `observed(reference)`: a wrapper that adds
+    to the stub's value what the comparison cannot see by itself, or leaves out of it what the
+    contract leaves free."""
+    reference = observed(reference_of(stub))
+    found = call_differences(
+        observed(stub), *args, reference=reference, build=build, tolerance=tolerance
+    )
+    assert not found, (
+        f"{stub.__qualname__} differs from the reference on these inputs:\n  "
+        + "\n  ".join(found)
+        + f"\ninputs: {', '.join(describe(a) for a in args or build())}"  # type: ignore[misc]
+    )
+
+
+@settings(max_examples=30)
+@given(
+    num_requests=st.integers(0, 6),
+    input_lens=bounds(1, 20),
+    output_lens=bounds(1, 300),
+    token_ids=bounds(0, 10_000) | st.just((7, 7)),
+    seed=st.integers(0, 2**32),
+)
+def test_make_workload_matches_the_reference(
+    num_requests: int,
+    input_lens: tuple[int, int],
+    output_lens: tuple[int, int],
+    token_ids: tuple[int, int],
+    seed: int,
+) -> None:
+    """Any spec (no request, ranges of one value) and seed: the same prompts and lengths,
+    as Python ints, and the global generator left as it was (its next draw compared)."""
+
+    def drawing(function: Callable) -> Callable:
+        def call(spec: WorkloadSpec, seed: int) -> tuple:
+            random.seed(1234)
+            return function(spec, seed), random.random()
+
+        return call
+
+    spec = WorkloadSpec(num_requests, input_lens, output_lens, token_ids)
+    assert_same_observed(make_workload, drawing, spec, seed, tolerance=EXACT)
+
+
+FLOATS = st.floats(0, 1e4, allow_nan=False)
+
+
+@settings(max_examples=50)
+@given(
+    values=st.lists(FLOATS, max_size=12) | st.lists(st.sampled_from([0.5, 2.0]), max_size=5),
+    q=st.sampled_from([0.0, 50.0, 99.0, 100.0]) | st.floats(0, 100),
+)
+def test_percentile_matches_the_reference(values: list[float], q: float) -> None:
+    """No value, one, repeated ones, any; q at both ends, the median, and any: the same
+    percentile (nan for none) and the caller's list left as it was."""
+    assert_same_call(percentile, values, q, tolerance=ROUNDING)
+
+
+@st.composite
+def request_results(draw: st.DrawFn) -> RequestResult:
+    """A request as its client recorded it: sent, pieces (maybe none) at non-decreasing times
+    after it, the end of its stream after them; ok or broken, with or without text."""
+    sent = draw(FLOATS)
+    waits = draw(st.lists(st.floats(0, 5, allow_nan=False), max_size=5))
+    pieces = list(itertools.accumulate(waits, initial=sent))[1:]
+    ok = draw(st.booleans())
+    return RequestResult(
+        ok=ok,
+        error="" if ok else draw(st.sampled_from(["", "HTTP 503"])),
+        sent_s=sent,
+        piece_s=pieces,
+        done_s=(pieces[-1] if pieces else sent) + draw(st.floats(0, 5, allow_nan=False)),
+        output_tokens=draw(st.integers(0, 3)) * len(pieces) + draw(st.integers(0, 1)),
+        text_chars=draw(st.sampled_from([0, 0, 5, 17])),
+    )
+
+
+@settings(max_examples=40)
+@given(result=request_results())
+def test_request_latencies_match_the_reference(result: RequestResult) -> None:
+    """ttft_s, itl_s and latency_s, with no piece, one, several."""
+    for figure in (RequestResult.ttft_s, RequestResult.itl_s, RequestResult.latency_s):
+        assert_same_call(figure.fget, result)
+
+
+def any_key_order(function: Callable) -> Callable:
+    """The summary with its keys sorted: the contract names the keys, not their order."""
+
+    def call(results: list[RequestResult], seconds: float) -> dict[str, float]:
+        return dict(sorted(function(results, seconds).items()))
+
+    return call
+
+
+@settings(max_examples=40)
+@given(
+    results=st.lists(request_results(), max_size=6),
+    seconds=st.sampled_from([1.0, 0.25]) | st.floats(1e-3, 1e3),
+)
+def test_summarize_matches_the_reference(results: list[RequestResult], seconds: float) -> None:
+    """Runs of no request, only failed ones, streams without text or without pieces, and any
+    mix: the same figures (keys in any order, values within rounding, nan where none)."""
+    assert_same_observed(summarize, any_key_order, results, seconds, tolerance=ROUNDING)
+
+
+class TimedScript:
+    """The callables `timed` gets, on a fake clock: each spends its time and notes its call;
+    run returns `value` (or raises, `fails`)."""
+
+    def __init__(self, costs: dict[str, float], drains: list[float], fails: bool) -> None:
+        self.clock = FakeClock()
+        self.costs, self.drains, self.fails = costs, list(drains), fails
+        self.calls: list[str] = []
+
+    def warmup(self) -> str:
+        self.calls.append("warmup")
+        self.clock.spend(self.costs["warmup"])
+        return "the warm-up's value"
+
+    def run(self) -> list[int]:
+        self.calls.append("run")
+        self.clock.spend(self.costs["run"])
+        if self.fails:
+            raise RuntimeError("out of memory")
+        return [1, 2, 3]
+
+    def sync(self) -> None:
+        self.calls.append("sync")
+        self.clock.spend(self.drains.pop(0) if self.drains else 0.0)
+
+
+def on_the_script_clock(function: Callable) -> Callable:
+    """timed(run, warmup[, sync]) with time.perf_counter the script's clock; the calls the
+    script saw are returned beside timed's value."""
+
+    def call(script: TimedScript, with_sync: bool) -> tuple:
+        saved = offline.time.perf_counter
+        offline.time.perf_counter = script.clock
+        try:
+            if with_sync:
+                return function(script.run, script.warmup, script.sync), script.calls
+            return function(script.run, script.warmup), script.calls
+        finally:
+            offline.time.perf_counter = saved
+
+    return call
+
+
+@settings(max_examples=30)
+@given(
+    costs=st.fixed_dictionaries({"warmup": st.floats(0, 100), "run": st.floats(0, 10)}),
+    drains=st.lists(st.floats(0, 10), min_size=2, max_size=2),
+    fails=st.sampled_from([False, False, True]),
+    with_sync=st.sampled_from([True, True, False]),
+)
+def test_timed_matches_the_reference(
+    costs: dict[str, float], drains: list[float], fails: bool, with_sync: bool
+) -> None:
+    """Warm-ups, runs and drains of any length (none too), a run that raises, the default
+    sync (no device here): the same value, seconds, and calls in the same order."""
+    assert_same_observed(
+        timed,
+        on_the_script_clock,
+        build=lambda: (TimedScript(costs, drains, fails), with_sync),
+    )
+
+
+@settings(max_examples=40)
+@given(
+    rows=st.lists(
+        st.tuples(st.lists(st.integers(0, 99), max_size=6), st.integers(0, 6), st.booleans()),
+        max_size=5,
+    )
+)
+def test_requested_tokens_matches_the_reference(rows: list) -> None:
+    """Rows (lists or tuples) longer than, exactly as long as, or shorter than their
+    request's output: the same tokens, or a ValueError from both (its wording is free)."""
+    generated = [tuple(row) if as_tuple else list(row) for row, _, as_tuple in rows]
+    lens = [n for _, n, _ in rows]
+    if any(len(row) < n for row, n, _ in rows):
+        with pytest.raises(ValueError):
+            reference_of(requested_tokens)(generated, lens)
+        with pytest.raises(ValueError):
+            requested_tokens(generated, lens)
+        return
+    assert_same_call(requested_tokens, generated, lens)
+
+
+@st.composite
+def offline_results(draw: st.DrawFn) -> tuple[list[OfflineResult], str]:
+    """Results of one run (each variant once, in any order) and the baseline's name: mostly
+    one of the variants, at any place; sometimes none. Either all did the same work, or one
+    did other work (a request's count off by one, a request missing)."""
+    counts = draw(st.lists(st.integers(0, 6), min_size=1, max_size=4).filter(any))
+    variants = draw(st.permutations(["transformers", "minisgl", "graphs", "eager"]))
+    variants = variants[: draw(st.sampled_from([2, 4, 3, 1, 0]))]
+    works = [list(counts) for _ in variants]
+    if variants and draw(st.integers(0, 3)) == 0:
+        work = works[draw(st.integers(0, len(works) - 1))]
+        change = draw(st.sampled_from(["one more", "one less", "drop last"]))
+        if change == "one more" or not work[0]:
+            work[0] += 1
+        elif change == "one less":
+            work[0] -= 1
+        else:
+            work.pop()
+    seconds = st.sampled_from([1.0, 0.5]) | st.floats(1e-3, 1e3)
+    results = [
+        OfflineResult(variant, draw(seconds), [[7] * n for n in work])
+        for variant, work in zip(variants, works)
+    ]
+    baseline = draw(st.sampled_from([*variants, *variants, "transformers", "nothing"]))
+    return results, baseline
+
+
+@settings(max_examples=40)
+@given(case=offline_results())
+def test_speedups_matches_the_reference(case: tuple[list[OfflineResult], str]) -> None:
+    """With the baseline present or absent, first or anywhere, and work that matches it or
+    not: the same ratios in the same order (within rounding), {} or the ValueError."""
+    results, baseline = case
+    assert_same_call(speedups, results, baseline, tolerance=ROUNDING)
