@@ -156,10 +156,11 @@ class FlashInferBackend(BaseAttnBackend):
         self.prefill_wrapper = self.wrappers.BatchPrefillWithPagedKVCacheWrapper(
             self.workspace, kv_layout="NHD", backend="fa2"
         )
-        # Decode on tensor cores (FlashInfer's prefill kernel, one query per request): its
-        # advice is a GQA ratio of 4 or more, yet at Qwen3-0.6B's 2 the official workload runs
-        # faster on an H200 with them than with the CUDA-core decode kernel
-        # (python -m benchmark flashinfer-decode; the chapter 17 page has the figures).
+        # Decode on tensor cores (FlashInfer's prefill kernel, one query per request):
+        # FlashInfer says they pay off for large GQA groups, and upstream takes them from a
+        # ratio of 4; at Qwen3-0.6B's 2 the official workload still runs faster on an H200
+        # with them than with the CUDA-core decode kernel (python -m benchmark
+        # flashinfer-decode; the chapter 17 page has the figures and the sources).
         self.decode_wrapper = self.wrappers.BatchDecodeWithPagedKVCacheWrapper(
             self.workspace, kv_layout="NHD", use_tensor_cores=True
         )
