@@ -251,17 +251,22 @@ def practice_directive(target: str, page: str) -> str:
 
 
 def mutations_directive(target: str, page: str) -> str:
-    """The mutation report (`steps.py mutate K --report` writes docs/_reports/mutations.json)."""
+    """A mutation report (`steps.py mutate K --report` writes docs/_reports/mutations.json;
+    `--catalogue heldout` writes heldout.json, whose entries keep their first run as
+    "before")."""
     report = json.loads(read_source(ROOT / target))
-    rows = [
-        "| chapter | mutants killed by its own tests | rate | measured | command |",
-        "|---|---|---|---|---|",
-    ]
+    held_out = any("before" in entry for entry in report.values())
+    first = "killed before | killed now" if held_out else "mutants killed by its own tests"
+    rows = [f"| chapter | {first} | rate | measured | command |", "|---|---|---|---|---|"]
+    if held_out:
+        rows[1] = "|---|---|---|---|---|---|"
     notes = []
     for entry in report.values():
         rate = entry["killed"] / entry["total"]
+        before = entry.get("before")
+        then = f"{before['killed']}/{before['total']} ({before['date']}) | " if before else ""
         rows.append(
-            f"| {entry['chapter']} | {entry['killed']}/{entry['total']} | {rate:.0%} | "
+            f"| {entry['chapter']} | {then}{entry['killed']}/{entry['total']} | {rate:.0%} | "
             f"{entry['date']} | `{entry['command']}` |"
         )
         notes += [f"- survived in {entry['chapter']}: `{s}`" for s in entry["survivors"]]
