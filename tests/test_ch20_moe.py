@@ -12,16 +12,21 @@ import os
 
 os.environ["TRITON_INTERPRET"] = "1"  # before anything imports triton: kernels run on the CPU
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 import triton
 from conftest import MODELS, encode, greedy, guarded_llm, hf_greedy_cached, require_model
+from course.differential import Tolerance, assert_same_call, use_reference_stubs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors import safe_open
 from test_ch17_gpu_attention import HostSyncGuard
+from test_ch19_kernels import assert_same_kernel
 from transformers import Qwen3MoeConfig
 from transformers.models.qwen3_moe.modeling_qwen3_moe import (
     Qwen3MoeMLP,
@@ -30,6 +35,7 @@ from transformers.models.qwen3_moe.modeling_qwen3_moe import (
 )
 
 from minisgl.distributed import set_tp_info
+from minisgl.kernels import fused_moe as fused_moe_module
 from minisgl.kernels.fused_moe import align_to_blocks, fused_moe, grouped_gemm_kernel
 from minisgl.models import ModelConfig, create_model, load_weights
 from minisgl.layers.moe import (
@@ -550,3 +556,273 @@ def test_fused_moe_kernel_matches_the_torch_path(tokens, top_k):
     expected = moe_forward_torch(hidden, gate_up, down, weights, expert_ids)
     got = fused_moe(hidden, gate_up, down, weights, expert_ids)
     torch.testing.assert_close(got, expected, atol=ATOL, rtol=1e-5)
+
+
+# --- every stub against the reference (tools/course/differential.py) ---------------------------
+# The same generated inputs go to your stub and to the reference's body of it (compiled into
+# your module, so it sees your other code): return values, changes to the arguments and to
+# self, and exceptions must match. Floats within the tolerance a correct implementation in
+# another order of operations keeps: 1e-5 in float32, 0.05 in 16 bits (as the tests above).
+# The kernel runs in Triton's interpreter, launched the same way for yours and the reference's.
+
+FLOAT_DTYPES = st.sampled_from([torch.float32, torch.bfloat16])
+TOLERANCE = {
+    torch.float32: Tolerance(1e-5, 1e-5),
+    torch.bfloat16: Tolerance(0.05, 0.05),
+    torch.float16: Tolerance(0.05, 0.05),
+}
+
+
+@st.composite
+def router_logits(draw: st.DrawFn) -> tuple[torch.Tensor, int, bool]:
+    """(router_logits [0 to 6 tokens, 1 to 10 experts], top_k from 1 to all, renormalize) in
+    float32, bfloat16 or float16. Each token's logits are distinct multiples of 1/4, exact in
+    every dtype: no two experts tie, so the top k and their order are the contract's alone."""
+    experts = draw(st.integers(1, 10))
+    tokens = draw(st.integers(0, 6))
+    scale = draw(st.sampled_from([0.25, 0.5, 1.0]))
+    rows = [draw(st.permutations(range(experts))) for _ in range(tokens)]
+    logits = (torch.tensor(rows, dtype=torch.float32).view(tokens, experts) - experts / 2) * scale
+    dtype = draw(st.sampled_from([torch.float32, torch.bfloat16, torch.float16]))
+    return logits.to(dtype), draw(st.integers(1, experts)), draw(st.booleans())
+
+
+@settings(max_examples=40)
+@given(args=router_logits())
+def test_route_matches_the_reference(args):
+    assert_same_call(route, *args, tolerance=Tolerance(1e-5, 1e-6))
+
+
+@settings(max_examples=40)
+@given(routing=routings(max_tokens=12), extra_experts=st.integers(0, 3))
+def test_sort_by_expert_matches_the_reference(routing, extra_experts):
+    """Any routing, experts past the last one used counted too."""
+    expert_ids, num_experts, _ = routing
+    assert_same_call(sort_by_expert, expert_ids, num_experts + extra_experts)
+
+
+@settings(max_examples=25)
+@given(
+    tokens=st.integers(0, 5),
+    hidden=st.integers(1, 12),
+    intermediate=st.integers(1, 8),
+    dtype=FLOAT_DTYPES,
+    seed=st.integers(0, 2**16),
+)
+def test_expert_mlp_matches_the_reference(tokens, hidden, intermediate, dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(tokens, hidden, generator=gen).to(dtype)
+    gate_up = (torch.randn(2 * intermediate, hidden, generator=gen) / hidden**0.5).to(dtype)
+    down = (torch.randn(hidden, intermediate, generator=gen) / intermediate**0.5).to(dtype)
+    assert_same_call(expert_mlp, x, gate_up, down, tolerance=TOLERANCE[dtype])
+
+
+@settings(max_examples=30)
+@given(
+    routing=routings(),
+    extra_tokens=st.integers(0, 3),
+    dtype=FLOAT_DTYPES,
+    seed=st.integers(0, 2**16),
+)
+def test_scatter_back_matches_the_reference(routing, extra_tokens, dtype, seed):
+    """Pairs in any order; the last rows of the result may receive no pair."""
+    expert_ids, _, top_k = routing
+    pairs = expert_ids.numel()
+    gen = torch.Generator().manual_seed(seed)
+    weights = torch.rand(expert_ids.shape[0], top_k, generator=gen)
+    order = torch.randperm(pairs, generator=gen)
+    expert_out = torch.randn(pairs, 6, generator=gen).to(dtype)
+    num_tokens = expert_ids.shape[0] + extra_tokens
+    assert_same_call(
+        scatter_back, expert_out, order, weights, num_tokens, tolerance=TOLERANCE[dtype]
+    )
+
+
+@settings(max_examples=20)
+@given(routing=routings(max_tokens=8), dtype=FLOAT_DTYPES, seed=st.integers(0, 2**16))
+def test_moe_forward_torch_matches_the_reference(routing, dtype, seed):
+    """Experts no token chose hold NaN weights: they must not be read."""
+    expert_ids, num_experts, top_k = routing
+    tokens, hidden, intermediate = expert_ids.shape[0], 8, 6
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(tokens, hidden, generator=gen).to(dtype)
+    gate_up = torch.randn(num_experts, 2 * intermediate, hidden, generator=gen) / hidden**0.5
+    down = torch.randn(num_experts, hidden, intermediate, generator=gen) / intermediate**0.5
+    unused = [e for e in range(num_experts) if e not in expert_ids.flatten().tolist()]
+    gate_up[unused], down[unused] = float("nan"), float("nan")
+    weights = torch.rand(tokens, top_k, generator=gen)
+    assert_same_call(
+        moe_forward_torch,
+        x,
+        gate_up.to(dtype),
+        down.to(dtype),
+        weights,
+        expert_ids,
+        tolerance=TOLERANCE[dtype],
+    )
+
+
+class LazySlice:
+    """safetensors' lazy slice: indexing reads that part alone (`elements_read` counts what
+    was read: only this rank's part, once); reading it all is refused."""
+
+    def __init__(self, source: torch.Tensor) -> None:
+        self.source, self.elements_read = source, 0
+
+    def __getitem__(self, index: Any) -> torch.Tensor:
+        parts = index if isinstance(index, tuple) else (index,)
+        if not all(isinstance(part, slice) for part in parts):
+            raise TypeError(f"a lazy slice takes slices, not {index!r}")
+        if all(part == slice(None) for part in parts):
+            raise MemoryError("reading the whole checkpoint tensor: index this rank's part only")
+        part = self.source[index]
+        self.elements_read += part.numel()
+        return part
+
+
+@contextmanager
+def tp_rank(rank: int, size: int) -> Iterator[None]:
+    set_tp_info(rank, size)
+    try:
+        yield
+    finally:
+        set_tp_info(0, 1)
+
+
+@settings(max_examples=40)
+@given(
+    num_experts=st.integers(1, 3),
+    projection_rows=st.lists(st.integers(1, 4), min_size=1, max_size=3),
+    cols=st.integers(1, 4),
+    split_dim=st.sampled_from([0, 1]),
+    tp_size=st.sampled_from([1, 2, 4]),
+    wrong_shape=st.sampled_from([0, 0, 0, -1, 1]),
+    data=st.data(),
+)
+def test_load_slice_matches_the_reference(
+    num_experts, projection_rows, cols, split_dim, tp_size, wrong_shape, data
+):
+    """Every expert and projection, every rank of 1, 2 or 4, rows or columns split; now and
+    then a checkpoint tensor one row or column off in the dimension not split (ValueError)."""
+    rank = data.draw(st.integers(0, tp_size - 1), label="rank")
+    shard = data.draw(st.integers(0, num_experts * len(projection_rows) - 1), label="shard")
+    rows = projection_rows[shard % len(projection_rows)]
+    if split_dim == 0:  # every rank's part of the rows, all the columns
+        shape = (rows * tp_size, cols + wrong_shape)
+    else:
+        shape = (rows + wrong_shape, cols * tp_size)
+
+    def build() -> tuple:
+        weights = ExpertWeights(num_experts, projection_rows, cols, split_dim)
+        weights.weight.data.fill_(-1.0)  # what no checkpoint holds
+        object.__setattr__(weights, "loaded", weights.weight.data)  # public: compared after
+        checkpoint = torch.arange(shape[0] * shape[1], dtype=torch.float32).view(shape)
+        return weights, "weight", shard, LazySlice(checkpoint)
+
+    with tp_rank(rank, tp_size):
+        assert_same_call(ExpertWeights.load_slice, build=build)
+
+
+@settings(max_examples=40)
+@given(routing=routings(max_tokens=20), block_m=st.sampled_from([1, 2, 4, 16]))
+def test_align_to_blocks_matches_the_reference(routing, block_m):
+    expert_ids, num_experts, _ = routing
+    assert_same_call(align_to_blocks, expert_ids, num_experts, block_m)
+
+
+LAYOUT_STUBS = {"layers/moe.py:sort_by_expert", "kernels/fused_moe.py:align_to_blocks"}
+
+
+def launch_into(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    out: torch.Tensor,
+    pair_ids: torch.Tensor,
+    block_expert: torch.Tensor,
+    weights: torch.Tensor,
+    num_pairs: int,
+    n: int,
+    pairs_per_a_row: int,
+    gated: bool,
+    weighted: bool,
+    block_m: int,
+) -> None:
+    """grouped_gemm's launch of the module's grouped_gemm_kernel (looked up now: yours or the
+    reference's), into `out`, with blocks of 8 columns and 8 of K."""
+    kernel = fused_moe_module.grouped_gemm_kernel
+    kernel[(block_expert.numel(), triton.cdiv(n, 8))](
+        a,
+        b,
+        out,
+        pair_ids,
+        block_expert,
+        weights,
+        num_pairs,
+        n,
+        a.stride(0),
+        b.stride(0),
+        b.stride(1),
+        out.stride(0),
+        K=b.shape[2],
+        PAIRS_PER_A_ROW=pairs_per_a_row,
+        GATED=gated,
+        WEIGHTED=weighted,
+        PRECISION="ieee",
+        BLOCK_M=block_m,
+        BLOCK_N=8,
+        BLOCK_K=8,
+    )
+
+
+@settings(max_examples=10)
+@given(
+    routing=routings(max_tokens=5),
+    k=st.integers(1, 20),
+    n=st.integers(1, 12),
+    flags=st.sampled_from([(False, False), (True, False), (False, True), (True, True)]),
+    per_pair_a=st.booleans(),
+    block_m=st.sampled_from([2, 4]),
+    seed=st.integers(0, 2**16),
+)
+def test_grouped_gemm_kernel_matches_the_reference(routing, k, n, flags, per_pair_a, block_m, seed):
+    """A a strided view (its rows the tokens', or per pair), K and N not multiples of the
+    blocks, GATED and WEIGHTED each on or off, unused blocks (-1) in the layout: the whole
+    output buffer after, with a spare row (a padding pair's) and spare columns (past N)
+    that must keep their sentinel."""
+    expert_ids, num_experts, top_k = routing
+    gated, weighted = flags
+    num_pairs = expert_ids.numel()
+    a_rows = num_pairs if per_pair_a else expert_ids.shape[0]
+    with use_reference_stubs(20, only=LAYOUT_STUBS):  # the layout is not this test's subject
+        pair_ids, block_expert = fused_moe_module.align_to_blocks(expert_ids, num_experts, block_m)
+
+    def build() -> tuple:
+        gen = torch.Generator().manual_seed(seed)
+        a = torch.randn(a_rows, k + 3, generator=gen)[:, 1 : k + 1]
+        b = torch.randn(num_experts, 2 * n if gated else n, k, generator=gen)
+        weights = torch.rand(num_pairs, generator=gen)
+        out = torch.full((num_pairs + 1, n + 5), 7.0)
+        per_a_row = 1 if per_pair_a else top_k
+        return (
+            a,
+            b,
+            out,
+            pair_ids,
+            block_expert,
+            weights,
+            num_pairs,
+            n,
+            per_a_row,
+            gated,
+            weighted,
+            block_m,
+        )
+
+    assert_same_kernel(
+        fused_moe_module,
+        "grouped_gemm_kernel",
+        launch_into,
+        build,
+        tolerance=Tolerance(1e-5, 1e-5),
+        chapter=20,
+    )
