@@ -379,7 +379,7 @@ def output_and_pool(out, backend: TorchAttnBackend, *_) -> dict:  # noqa: ANN001
 
 
 @given(**ATTENTION_INPUTS)
-@settings(max_examples=40)
+@settings(max_examples=30)
 def test_forward_matches_the_reference(ledgers, phase, heads, head_dim, dtype, stale, seed):
     """forward on the reference's metadata, with MHA, GQA and MQA head groupings, in float32,
     float16 and bfloat16: the output within the dtype's tolerance, the pool (the new K/V in
@@ -399,7 +399,7 @@ def test_forward_matches_the_reference(ledgers, phase, heads, head_dim, dtype, s
 
 
 @given(**ATTENTION_INPUTS)
-@settings(max_examples=15)
+@settings(max_examples=10)
 def test_your_metadata_and_forward_together_match_the_reference(
     ledgers, phase, heads, head_dim, dtype, stale, seed
 ):

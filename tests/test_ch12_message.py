@@ -4,18 +4,26 @@ ZMQ queues that carry them between processes (PUSH/PULL over IPC sockets)."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import msgpack
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from course.differential import (
+    assert_same_call,
+    call_differences,
+    reference_function,
+    use_reference_stubs,
+)
 from minisgl.core import SamplingParams
 from minisgl.message import (
     AbortBackendMsg,
@@ -34,6 +42,10 @@ from minisgl.message import (
     serialize,
 )
 from minisgl.message.serialize import EXT_DATACLASS, MessageError
+
+# The module itself (the package's `serialize` is the function): its _encode and _decode are
+# looked up on it at each call, so that use_reference_stubs swaps them.
+serialize_module = importlib.import_module("minisgl.message.serialize")
 
 EVERY_MESSAGE = [
     UserMsg(7, [1, 2, 49151, 0], SamplingParams(temperature=0.7, top_k=5, max_tokens=9, seed=3)),
@@ -283,3 +295,197 @@ def test_get_counts_a_fraction_of_a_second_as_milliseconds(socket_dir: str) -> N
     assert inbox.get(timeout_s=0.9) == StatusRequestMsg(5), "a 0.9 s wait missed a 0.2 s message"
     sender.close()
     inbox.close()
+
+
+# --- every stub against the reference (tools/course/differential.py) ---
+# The same generated inputs go to your stub and to the reference's body of it (compiled into
+# your module, so it sees your other code): what it returns (types included) and the exception
+# it raises must match. _decode gets what the reference's _encode makes; the queues get fresh
+# in-process sockets (inproc://) with the same messages already queued, and after the call
+# what is left in the queue is compared too.
+
+
+@dataclasses.dataclass
+class NotAMessage:
+    """A dataclass the engine never sends (not in MESSAGE_TYPES)."""
+
+    uid: int
+
+
+NOT_MESSAGES = st.sampled_from(  # what _encode must refuse; built anew for each side
+    [threading.Lock, set, object, lambda: NotAMessage(1), lambda: UserMsg, lambda: np.int64(3)]
+)
+
+
+@given(msg=MESSAGES | SAMPLING_PARAMS)
+@settings(max_examples=50)
+def test_encode_matches_the_reference(msg: object) -> None:
+    """Every message type with fields of every value of their types (nested ones too)."""
+    assert_same_call(serialize_module._encode, msg)
+
+
+@given(make=NOT_MESSAGES)
+@settings(max_examples=10)
+def test_encode_refuses_what_the_reference_refuses(make) -> None:  # noqa: ANN001
+    assert_same_call(serialize_module._encode, build=lambda: (make(),))
+
+
+def reference_ext(msg: object) -> msgpack.ExtType:
+    """The extension the reference's _encode makes of `msg` (nested messages included)."""
+    with use_reference_stubs(12):
+        return serialize_module._encode(msg)
+
+
+UNKNOWN_NAMES = st.sampled_from(["Popen", "dict", "MessageError", "Req", "ChunkedReq", ""])
+EXTENSIONS = st.one_of(  # (code, data) as msgpack hands them to _decode
+    st.builds(lambda msg: tuple(reference_ext(msg)), MESSAGES | SAMPLING_PARAMS),
+    st.builds(
+        lambda ids: (serialize_module.EXT_TOKEN_IDS, np.asarray(ids, dtype="<i4").tobytes()),
+        st.lists(INT32, max_size=20),
+    ),
+    st.builds(  # a class name nobody may decode, with or without fields
+        lambda name, fields: (EXT_DATACLASS, msgpack.packb([name, fields])),
+        UNKNOWN_NAMES,
+        st.sampled_from([{}, {"uid": 1}, {"args": ["rm", "-rf", "/"]}]),
+    ),
+    st.builds(  # a code no minisgl message uses
+        lambda code, data: (code, data),
+        st.integers(-128, 127).filter(
+            lambda c: c not in (EXT_DATACLASS, serialize_module.EXT_TOKEN_IDS)
+        ),
+        st.binary(max_size=8),
+    ),
+)
+
+
+@given(extension=EXTENSIONS)
+@settings(max_examples=60)
+def test_decode_matches_the_reference(extension: tuple[int, bytes]) -> None:
+    assert_same_call(serialize_module._decode, *extension)
+
+
+# The queues: each side gets its own inproc socket pair with the same messages queued. The
+# call runs in a thread: one that has not come back after GIVE_UP_S (a poll or a receive that
+# waits for nothing) is woken by one more message, and reported.
+
+LATE_S = 0.02  # a late message is put this long after the queue is built
+LATE_TIMEOUT_S = 0.9  # get's timeout when a message comes late (under a second, on purpose)
+GIVE_UP_S = 2.5  # the reference's calls here come back within a second
+WAKE_UP = ExitMsg()
+_inproc_names = iter(range(10**9))
+
+
+@dataclasses.dataclass
+class Inbox:
+    """A pull queue, the push queue feeding it, and a message that is sent late (if any)."""
+
+    pull: ZmqPullQueue
+    push: ZmqPushQueue
+    late: threading.Timer | None = None
+    stuck: bool = False  # a call is still waiting on `pull`: it is never closed
+
+
+def make_inbox(queued: list[object], late: object | None, opened: list[Inbox]) -> ZmqPullQueue:
+    address = f"inproc://ch12-differential-{next(_inproc_names)}"
+    inbox = Inbox(ZmqPullQueue(address), ZmqPushQueue(address))
+    for msg in queued:  # inproc: queued once put returns
+        inbox.push.put(msg)
+    if late is not None:
+        inbox.late = threading.Timer(LATE_S, inbox.push.put, args=(late,))
+        inbox.late.start()
+    opened.append(inbox)
+    return inbox.pull
+
+
+def observed(method: Callable[..., Any], opened: list[Inbox]) -> Callable[..., Any]:
+    """The queue method, then what it returned (and whether within GIVE_UP_S), and what is
+    still queued once the late message (if any) was sent."""
+
+    def call(queue: ZmqPullQueue, *args: Any) -> dict[str, Any]:
+        inbox = next(i for i in opened if i.pull is queue)
+        outcome: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                outcome["returned"] = method(queue, *args)
+            except Exception as error:  # raised again below, for the comparison
+                outcome["raised"] = error
+
+        worker = threading.Thread(target=run, daemon=True)
+        worker.start()
+        worker.join(GIVE_UP_S)
+        came_back = not worker.is_alive()
+        if not came_back:
+            inbox.push.put(WAKE_UP)
+            worker.join(GIVE_UP_S)
+            if worker.is_alive():  # the socket is still in use: nothing more to look at
+                inbox.stuck = True
+                still = f"nothing, still waiting after {2 * GIVE_UP_S} s"
+                return {"returned": still, "left queued": "unknown"}
+        if inbox.late is not None:
+            inbox.late.join()
+        if "raised" in outcome:
+            raise outcome["raised"]
+        returned = outcome["returned"]
+        if not came_back:
+            returned = f"nothing in {GIVE_UP_S} s (then, woken by a message: {returned!r})"
+        left = []
+        while queue.socket.poll(0):
+            left.append(deserialize(queue.socket.recv()))
+        return {"returned": returned, "left queued": left}
+
+    return call
+
+
+def assert_same_queue_call(name: str, queued: list, late: object | None, *args: Any) -> None:
+    opened: list[Inbox] = []
+    try:
+        found = call_differences(
+            observed(getattr(ZmqPullQueue, name), opened),
+            reference=observed(reference_function(ZmqPullQueue, name), opened),
+            build=lambda: (make_inbox(queued, late, opened), *args),
+        )
+    finally:
+        for inbox in opened:
+            if inbox.late is not None:
+                inbox.late.join()
+            inbox.push.close()
+            if not inbox.stuck:
+                inbox.pull.close()
+    assert not found, (
+        f"ZmqPullQueue.{name} (minisgl/message/transport.py) differs from the reference with "
+        f"{queued} queued{f', {late} sent {LATE_S} s late' if late else ''}, arguments "
+        f"{args}:\n  " + "\n  ".join(found)
+    )
+
+
+QUEUED = st.lists(SINGLE_MESSAGES, max_size=3)
+
+
+@given(
+    queued=QUEUED,
+    timeout_s=st.sampled_from([0.05, 0, None, 0.001, 0.2]),
+    late=st.sampled_from(["nothing else comes", "a message comes late"]),
+    late_message=SINGLE_MESSAGES,
+)
+@example(queued=[], timeout_s=None, late="a message comes late", late_message=ExitMsg())
+@example(queued=[], timeout_s=0, late="nothing else comes", late_message=ExitMsg())
+@settings(max_examples=20)
+def test_get_matches_the_reference(queued, timeout_s, late, late_message) -> None:  # noqa: ANN001
+    """Messages already queued (get takes the first and leaves the rest), none (None once the
+    timeout is over, 0 included), or one that comes while get waits (forever, or up to
+    LATE_TIMEOUT_S: long enough that it surely comes in time)."""
+    if late == "a message comes late" or (not queued and timeout_s is None):
+        # (waiting forever for nothing would hang both sides)
+        wait = None if timeout_s is None else LATE_TIMEOUT_S
+        assert_same_queue_call("get", queued, late_message, wait)
+    else:
+        assert_same_queue_call("get", queued, None, timeout_s)
+
+
+@given(queued=st.lists(SINGLE_MESSAGES, max_size=5))
+@settings(max_examples=10)
+def test_get_all_nowait_matches_the_reference(queued) -> None:  # noqa: ANN001
+    """From an empty queue to five messages, each of any type: all of them, in order, and
+    without waiting."""
+    assert_same_queue_call("get_all_nowait", queued, None)

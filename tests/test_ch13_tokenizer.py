@@ -4,13 +4,15 @@ SmolLM2's tokenizer: byte-level BPE, where one character can span several tokens
 
 from __future__ import annotations
 
+import copy
 import random
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from conftest import SMOLLM2, load_tokenizer, require_model
 
+from course.differential import assert_same_call, reference_function, use_reference_stubs
 from minisgl.core import SamplingParams
 from minisgl.message import AbortBackendMsg, DetokenizeMsg, ReplyMsg, TokenizeMsg, UserMsg
 from minisgl.tokenizer import IncrementalDetokenizer, StopMatcher, TokenizeManager
@@ -447,3 +449,175 @@ def test_a_stop_string_at_the_start_of_the_output_ends_it_with_empty_text(tokeni
     [token] = tokenizer.encode(" four")
     assert worker.handle(DetokenizeMsg(12, token)) == [ReplyMsg(12, "", "stop", prompt_tokens, 1)]
     assert to_scheduler.sent[-1] == AbortBackendMsg(12)
+
+
+# --- every stub against the reference (tools/course/differential.py) ---
+# The same generated inputs go to your stub and to the reference's body of it (compiled into
+# your module, so it sees your other code): what it returns, the state it leaves (offsets, held
+# text, requests, messages sent to the scheduler) and the exception it raises must match.
+# States come from the reference: a detokenizer after some tokens, a matcher after some pieces,
+# a worker after some requests and tokens. Tokenizers are shared by both sides (build=), not
+# copied.
+
+ROLES = st.sampled_from(["user", "system", "assistant"])
+CHAT = st.lists(
+    st.fixed_dictionaries({"role": ROLES, "content": st.sampled_from(TEXTS) | st.text(max_size=8)}),
+    min_size=1,
+    max_size=4,
+)
+TOKENIZE_MSGS = st.one_of(
+    st.builds(lambda text: TokenizeMsg(0, SamplingParams(), prompt=text), st.sampled_from(TEXTS)),
+    st.builds(lambda text: TokenizeMsg(0, SamplingParams(), prompt=text), st.text(max_size=12)),
+    st.builds(
+        lambda ids: TokenizeMsg(0, SamplingParams(), prompt=ids),
+        st.lists(st.integers(0, 49151), max_size=8),
+    ),
+    st.builds(lambda chat: TokenizeMsg(0, SamplingParams(), messages=chat), CHAT),
+    st.just(TokenizeMsg(0, SamplingParams())),  # neither: refused
+)
+
+
+@given(msg=TOKENIZE_MSGS, with_template=st.booleans())
+@settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow])
+def test_tokenize_matches_the_reference(tokenizer, spm_tokenizer, msg, with_template) -> None:  # noqa: ANN001
+    """Text prompts (any characters), prompts of ids, chats of any roles, and neither, for a
+    tokenizer with a chat template (SmolLM2's) and one without."""
+    chosen = tokenizer if with_template else spm_tokenizer
+    assert_same_call(
+        TokenizeManager.tokenize, build=lambda: (TokenizeManager(chosen), copy.deepcopy(msg))
+    )
+
+
+TOKEN_PICKS = st.lists(st.tuples(st.integers(0, 9), st.integers(0, 2**20)), max_size=16)
+
+
+def pick_tokens(token_pools: list[list[int]], picks: list[tuple[int, int]]) -> list[int]:
+    """Ids from the pools: mostly single bytes (any byte sequence, broken characters
+    included), then tokens of real text, now and then a special token."""
+    pools = [token_pools[0]] * 6 + [token_pools[1]] * 3 + [token_pools[2]]
+    return [pools[kind][index % len(pools[kind])] for kind, index in picks]
+
+
+def copy_sharing(value: object, tokenizer) -> object:  # noqa: ANN001
+    """A deep copy of `value` that shares `tokenizer` (copying one takes half a second)."""
+    return copy.deepcopy(value, {id(tokenizer): tokenizer})
+
+
+@given(picks=TOKEN_PICKS)
+@settings(max_examples=30, suppress_health_check=[HealthCheck.too_slow])
+def test_detokenizer_step_matches_the_reference(tokenizer, token_pools, picks) -> None:  # noqa: ANN001
+    """Every step of a random token sequence, each from the state the reference left."""
+    detokenizer = IncrementalDetokenizer(tokenizer)
+    step = reference_function(IncrementalDetokenizer, "step")
+    for token in pick_tokens(token_pools, picks):
+        assert_same_call(
+            IncrementalDetokenizer.step,
+            build=lambda: copy_sharing((detokenizer, token), tokenizer),
+        )
+        step(detokenizer, token)
+
+
+@given(picks=TOKEN_PICKS, flushed=st.booleans())
+@settings(max_examples=30, suppress_health_check=[HealthCheck.too_slow])
+def test_detokenizer_flush_matches_the_reference(tokenizer, token_pools, picks, flushed) -> None:  # noqa: ANN001
+    """After any tokens (none, text held back inside a character, nothing held), once or
+    twice."""
+    detokenizer = IncrementalDetokenizer(tokenizer)
+    with use_reference_stubs(13):
+        for token in pick_tokens(token_pools, picks):
+            detokenizer.step(token)
+        if flushed:
+            detokenizer.flush()
+    assert_same_call(
+        IncrementalDetokenizer.flush, build=lambda: copy_sharing((detokenizer,), tokenizer)
+    )
+
+
+@given(
+    text=st.text("ab<", max_size=16),
+    stops=st.lists(st.text("ab<", min_size=1, max_size=4), max_size=3),
+    cuts=st.lists(st.integers(0, 16), max_size=6),
+)
+@example(text="b<ab<", stops=["ab", "<"], cuts=[1, 4])  # the later in the list comes first
+@settings(max_examples=50)
+def test_stop_matcher_push_matches_the_reference(text, stops, cuts) -> None:  # noqa: ANN001
+    """A text in pieces (empty ones too), each pushed from the state the reference left, until
+    a stop string matches: stop strings overlapping, prefixes of each other, or none."""
+    matcher = StopMatcher(stops)
+    push = reference_function(StopMatcher, "push")
+    bounds = [0, *sorted(cuts), len(text)]
+    for start, end in zip(bounds, bounds[1:]):
+        piece = text[start:end]
+        assert_same_call(StopMatcher.push, matcher, piece)
+        if push(matcher, piece)[1]:
+            break
+
+
+WORKER_REQUESTS = {  # uid: (prompt, stop strings)
+    1: ("Hi", []),
+    2: ("Count:", ["e", " "]),  # text stops often, with tokens still to come (an abort)
+    3: ("Grüße", ["e!", " th", "ü"]),  # and text is often held back ("e", " ", " t")
+}
+WORKER_SCRIPTS = st.tuples(
+    st.lists(  # per request: (which text, from which of its tokens, 8 - how many, its end)
+        st.tuples(
+            st.integers(0, len(TEXTS) - 1),
+            st.integers(0, 30),
+            st.integers(0, 7),
+            st.sampled_from(
+                ["still running", "length", "length, a stop string in the last token", "stop"]
+                + ["refused"]
+            ),
+        ),
+        min_size=len(WORKER_REQUESTS),
+        max_size=len(WORKER_REQUESTS),
+    ),
+    st.lists(st.sampled_from(list(WORKER_REQUESTS)), max_size=24),  # whose token comes next
+)
+
+
+def worker_messages(tokenizer, script: tuple) -> list[DetokenizeMsg]:  # noqa: ANN001
+    """What the scheduler sends for the requests, interleaved in the script's order; then a
+    token for a request that never started, and a late one for request 1."""
+    requests, order = script
+    queues: dict[int, list[DetokenizeMsg]] = {}
+    for uid, (text, start, fewer, end) in zip(WORKER_REQUESTS, requests):
+        if end == "refused":
+            queues[uid] = [DetokenizeMsg(uid, None, error="the prompt is too long")]
+            continue
+        ids = tokenizer.encode(TEXTS[text])
+        start %= len(ids)
+        tokens = ids[start : start + 8 - fewer]
+        if end.startswith("length, a stop string"):  # cut after the token that completes one
+            stops = WORKER_REQUESTS[uid][1]
+            texts = [tokenizer.decode(ids[start:stop]) for stop in range(start + 1, len(ids) + 1)]
+            cut = next((i for i, t in enumerate(texts) if any(s in t for s in stops)), None)
+            tokens = tokens if cut is None else ids[start : start + cut + 1]
+        queues[uid] = [DetokenizeMsg(uid, token) for token in tokens]
+        if end.startswith("length"):
+            queues[uid][-1].finish_reason = "length"
+        elif end == "stop":  # the EOS token ends it
+            queues[uid].append(DetokenizeMsg(uid, tokenizer.eos_token_id, "stop"))
+    merged = [queues[uid].pop(0) for uid in order if queues[uid]]
+    merged += [msg for uid in WORKER_REQUESTS for msg in queues[uid]]
+    return merged + [DetokenizeMsg(9, 42), DetokenizeMsg(1, 43)]
+
+
+@given(script=WORKER_SCRIPTS)
+@settings(max_examples=20, suppress_health_check=[HealthCheck.too_slow])
+def test_worker_detokenize_matches_the_reference(tokenizer, script) -> None:  # noqa: ANN001
+    """Tokens of three requests of real text interleaved, each with its own stop strings
+    (matched with tokens still to come, in the last token, or held back at the end); last
+    tokens ("length", EOS with "stop"), refusals, and tokens of requests that ended or never
+    started. Each message from the state the reference left."""
+    worker = TokenizerWorker(tokenizer, Recorder(), Recorder())  # type: ignore[arg-type]
+    detokenize = reference_function(TokenizerWorker, "detokenize")
+    with use_reference_stubs(13):
+        for uid, (prompt, stop) in WORKER_REQUESTS.items():
+            worker.handle(TokenizeMsg(uid, SamplingParams(), prompt=prompt, stop=stop))
+    for msg in worker_messages(tokenizer, script):
+        assert_same_call(
+            TokenizerWorker.detokenize, build=lambda: copy_sharing((worker, msg), tokenizer)
+        )
+        with use_reference_stubs(13):
+            detokenize(worker, msg)

@@ -16,6 +16,14 @@ from hypothesis import strategies as st
 import torch
 import torch.nn.functional as F
 from conftest import SMOLLM2, TINY_MODELS, encode, greedy, hf_greedy_cached, require_model
+from course.differential import (
+    EXACT,
+    Tolerance,
+    assert_same_call,
+    call_differences,
+    describe,
+    reference_of,
+)
 
 from minisgl.distributed import DistributedInfo, head_shard, split_range, vocab_block
 from minisgl.distributed.shard import HeadShard
@@ -355,3 +363,293 @@ def test_tp2_generates_what_one_process_and_transformers_generate(name: str) -> 
     assert stats.computed_prompt_tokens < sum(map(len, prompts)), "the radix cache was hit"
     prefills = [tokens for phase, _, tokens in stats.steps if phase == "prefill"]
     assert max(prefills) <= CHUNK_BUDGET and len(prefills) > len(prompts), "prompts chunked"
+
+
+# --- every stub against the reference (tools/course/differential.py) ---------------------------
+# The same generated inputs go to your stub and to the reference's body of it (compiled into
+# your module, so it sees your other code): return values, changes to the arguments and to
+# self, and exceptions must match. A layer's weights and what it hands to a collective are
+# where the comparison does not look by itself (an nn.Module keeps its parameters in a private
+# dict): the sharded layers' tests return them beside the output. The collectives are stand-ins
+# for one rank of the group: the other ranks' contributions are fixed tensors.
+
+SIZES = st.integers(1, 64)
+
+
+@st.composite
+def rank_of(draw: st.DrawFn, size: st.SearchStrategy[int] = SIZES) -> DistributedInfo:
+    """A rank of a group: the first, the last, or any."""
+    chosen = draw(size)
+    rank = draw(st.sampled_from([0, chosen - 1]) | st.integers(0, chosen - 1))
+    return DistributedInfo(rank, chosen)
+
+
+COUNTS = st.sampled_from([0, 1, 63, 64, 65, 1024]) | st.integers(0, 10**6)
+
+
+@settings(max_examples=50)
+@given(tp=rank_of(), total=COUNTS, multiple=st.integers(0, 4), off=st.sampled_from([-1, 0, 1]))
+def test_split_range_matches_the_reference(
+    tp: DistributedInfo, total: int, multiple: int, off: int
+) -> None:
+    """Totals of none, one, at and next to a multiple of the ranks, and any."""
+    assert_same_call(split_range, total, tp.size, tp.rank)
+    assert_same_call(split_range, max(0, multiple * tp.size + off), tp.size, tp.rank)
+
+
+@settings(max_examples=50)
+@given(num_kv_heads=st.integers(1, 16), group=st.integers(1, 8), tp=rank_of(st.integers(1, 40)))
+def test_head_shard_matches_the_reference(
+    num_kv_heads: int, group: int, tp: DistributedInfo
+) -> None:
+    """More, as many and fewer KV heads than ranks, and more ranks than query heads (an
+    error)."""
+    assert_same_call(head_shard, num_kv_heads * group, num_kv_heads, tp)
+
+
+@settings(max_examples=50)
+@given(vocab=COUNTS.filter(bool), tp=rank_of())
+def test_vocab_block_matches_the_reference(vocab: int, tp: DistributedInfo) -> None:
+    """Vocabularies that split evenly or not, smaller than the group too (empty blocks)."""
+    assert_same_call(vocab_block, vocab, tp)
+
+
+@settings(max_examples=30)
+@given(
+    q=st.tuples(st.integers(0, 64), st.integers(1, 16)),
+    kv=st.tuples(st.integers(0, 16), st.integers(1, 4)),
+    head_dim=st.sampled_from([1, 64, 128]) | st.integers(1, 256),
+)
+def test_qkv_rows_matches_the_reference(q: tuple, kv: tuple, head_dim: int) -> None:
+    heads = HeadShard(q[0], q[0] + q[1], kv[0], kv[0] + kv[1])
+    assert_same_call(qkv_rows, heads, head_dim)
+
+
+def assert_same_observed(
+    stub: Callable, build: Callable[[], tuple], observe: Callable, tolerance: Tolerance = EXACT
+) -> None:
+    """assert_same_call for a stub whose effects lie where the comparison does not look: each
+    side's call returns `(its value, observe(*arguments))`, `observe` run right after it."""
+    reference = reference_of(stub)
+
+    def observed(function: Callable) -> Callable:
+        def call(*args: object) -> tuple:
+            return function(*args), observe(*args)
+
+        return call
+
+    found = call_differences(
+        observed(stub), build=build, reference=observed(reference), tolerance=tolerance
+    )
+    assert not found, (
+        f"{stub.__qualname__} differs from the reference on these inputs:\n  "
+        + "\n  ".join(found)
+        + f"\ninputs: {', '.join(describe(a) for a in build())}"
+    )
+
+
+class RowsRead:
+    """A checkpoint tensor as safetensors hands it over; the rows each index reads are kept
+    (as a list, so `[a:b]` and `[a:b, :]` read the same)."""
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+        self.rows_read: list[list[int]] = []
+
+    def __getitem__(self, index: object) -> torch.Tensor:
+        rows = index[0] if isinstance(index, tuple) else index
+        self.rows_read.append(torch.arange(len(self.tensor))[rows].tolist())
+        return self.tensor[index]
+
+
+def parameters(layer: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: value.clone() for name, value in layer.state_dict().items()}
+
+
+FLOAT_DTYPES = st.sampled_from([torch.float32, torch.bfloat16])
+
+
+@settings(max_examples=30)
+@given(
+    input_size=st.integers(1, 5),
+    shard_sizes=st.lists(st.integers(1, 9), min_size=1, max_size=3),
+    data=st.data(),
+    bias=st.booleans(),
+    dtype=FLOAT_DTYPES,
+)
+def test_column_load_slice_matches_the_reference(
+    input_size: int, shard_sizes: list[int], data: st.DataObject, bias: bool, dtype: torch.dtype
+) -> None:
+    """Shards of any height (q, k, v; gate, up; one), each rank's rows anywhere in them, from
+    the first row to the last; the weight or the bias; shard None for a layer of one shard.
+    What was read and where it went, the other rows of the local weight untouched."""
+    rows = [
+        data.draw(st.tuples(st.integers(0, n - 1), st.integers(1, n)).filter(lambda r: r[0] < r[1]))
+        for n in shard_sizes
+    ]
+    shard = data.draw(
+        st.integers(0, len(rows) - 1) | st.sampled_from([None] if len(rows) == 1 else [0])
+    )
+    name = data.draw(st.sampled_from(["weight", "bias"] if bias else ["weight"]))
+    generator = torch.Generator().manual_seed(len(rows))
+    height = shard_sizes[shard or 0]
+    tensor = torch.randn(height, input_size, generator=generator).to(dtype)
+
+    def build() -> tuple:
+        layer = ColumnParallelLinear(input_size, rows, bias).to(dtype)
+        for parameter in layer.parameters():
+            parameter.data.fill_(-7.0)  # rows nobody loads keep this
+        return layer, name, shard, RowsRead(tensor if name == "weight" else tensor[:, 0])
+
+    assert_same_observed(
+        ColumnParallelLinear.load_slice, build, lambda layer, *_: parameters(layer)
+    )
+
+
+class OneRankCollectives:
+    """The collectives as rank `rank` of `size` sees them: what it hands over is kept; the
+    other ranks' contributions are fixed tensors of the same shape (rank r's: `theirs(x, r)`)."""
+
+    def __init__(self, rank: int, size: int) -> None:
+        self.rank, self.size = rank, size
+        self.handed_over: list[tuple[str, torch.Tensor]] = []
+
+    @staticmethod
+    def theirs(x: torch.Tensor, rank: int) -> torch.Tensor:
+        return torch.linspace(-2.0, 3.0, x.numel()).reshape(x.shape).to(x.dtype) * (rank + 1)
+
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:  # in place, as the real one
+        self.handed_over.append(("all_reduce", x.clone()))
+        for rank in range(self.size):
+            if rank != self.rank:
+                x += self.theirs(x, rank)
+        return x
+
+    def all_gather(self, x: torch.Tensor) -> torch.Tensor:
+        self.handed_over.append(("all_gather", x.clone()))
+        return torch.cat([x if r == self.rank else self.theirs(x, r) for r in range(self.size)])
+
+
+def forward_with(forward: Callable) -> Callable:
+    """`forward(layer, x)`, the layers' collectives those of the group given with them; what
+    the layer handed to them is returned beside its output."""
+
+    def call(layer: torch.nn.Module, x: torch.Tensor, group: OneRankCollectives) -> tuple:
+        saved = parallel_layers.all_reduce, parallel_layers.all_gather
+        parallel_layers.all_reduce, parallel_layers.all_gather = group.all_reduce, group.all_gather
+        try:
+            return forward(layer, x), group.handed_over
+        finally:
+            parallel_layers.all_reduce, parallel_layers.all_gather = saved
+
+    return call
+
+
+def assert_same_forward(stub: Callable, build: Callable[[], tuple], dtype: torch.dtype) -> None:
+    """The layer's output and what it handed to each collective, yours against the
+    reference's: within rounding (a product may sum in another order), as
+    torch.testing.assert_close's defaults for the dtype."""
+    tolerance = TOLERANCES[dtype]
+    reference = reference_of(stub)
+    found = call_differences(
+        forward_with(stub),
+        build=build,
+        reference=forward_with(reference),
+        tolerance=tolerance,
+    )
+    assert not found, (
+        f"{stub.__qualname__} differs from the reference on these inputs:\n  "
+        + "\n  ".join(found)
+        + f"\ninputs: {', '.join(describe(a) for a in build())}"
+    )
+
+
+TOLERANCES = {
+    torch.float32: Tolerance(rtol=1.3e-6, atol=1e-5),
+    torch.bfloat16: Tolerance(rtol=1.6e-2, atol=1e-2),
+}
+LEADING = st.sampled_from([(), (0,), (1,), (3,), (2, 3)])  # x's dimensions before the features
+
+
+def random_module(module: torch.nn.Module, seed: int) -> torch.nn.Module:
+    generator = torch.Generator().manual_seed(seed)
+    for parameter in module.parameters():
+        parameter.data.copy_(torch.randn(parameter.shape, generator=generator))
+    return module
+
+
+@settings(max_examples=25)
+@given(
+    tp=rank_of(st.integers(1, 4)),
+    cols=st.tuples(st.integers(0, 6), st.integers(1, 8)),
+    output_size=st.integers(1, 6),
+    leading=LEADING,
+    bias=st.booleans(),
+    dtype=FLOAT_DTYPES,
+)
+def test_row_parallel_forward_matches_the_reference(
+    tp: DistributedInfo,
+    cols: tuple[int, int],
+    output_size: int,
+    leading: tuple,
+    bias: bool,
+    dtype: torch.dtype,
+) -> None:
+    """Any block of input columns, with and without bias, x of any leading shape (no token
+    too), alone or among other ranks."""
+
+    def build() -> tuple:
+        layer = RowParallelLinear((cols[0], cols[0] + cols[1]), output_size, bias)
+        layer = random_module(layer, 1).to(dtype)
+        x = torch.randn(*leading, cols[1], generator=torch.Generator().manual_seed(2))
+        return layer, x.to(dtype), OneRankCollectives(tp.rank, tp.size)
+
+    assert_same_forward(RowParallelLinear.forward, build, dtype)
+
+
+@settings(max_examples=25)
+@given(
+    vocab=st.integers(1, 12),
+    tp=rank_of(st.integers(1, 5)),
+    leading=LEADING.filter(bool),
+    dtype=FLOAT_DTYPES,
+)
+def test_vocab_parallel_embedding_forward_matches_the_reference(
+    vocab: int, tp: DistributedInfo, leading: tuple, dtype: torch.dtype
+) -> None:
+    """Ids inside and outside this rank's block (its first and last ids among them), for
+    blocks that split the vocabulary evenly or not, or hold no id at all."""
+
+    def build() -> tuple:
+        layer = random_module(VocabParallelEmbedding(vocab, 3, tp), 3).to(dtype)
+        ids = torch.randint(0, vocab, leading, generator=torch.Generator().manual_seed(4))
+        if ids.numel():
+            ids.view(-1)[0] = min(layer.vocab_start, vocab - 1)
+            ids.view(-1)[-1] = max(layer.vocab_end - 1, 0)
+        return layer, ids, OneRankCollectives(tp.rank, tp.size)
+
+    assert_same_forward(VocabParallelEmbedding.forward, build, dtype)
+
+
+@settings(max_examples=25)
+@given(
+    vocab=st.integers(1, 12),
+    tp=rank_of(st.integers(1, 5)),
+    leading=LEADING,
+    tied=st.booleans(),
+    dtype=FLOAT_DTYPES,
+)
+def test_parallel_lm_head_forward_matches_the_reference(
+    vocab: int, tp: DistributedInfo, leading: tuple, tied: bool, dtype: torch.dtype
+) -> None:
+    """Logits of a vocabulary that splits evenly or not (padding to cut off), with its own
+    weight or tied to the embedding's, for hidden states of any leading shape."""
+
+    def build() -> tuple:
+        embedding = random_module(VocabParallelEmbedding(vocab, 4, tp), 5)
+        head = ParallelLMHead(vocab, 4, tp, tied_to=embedding if tied else None)
+        head = random_module(head, 6).to(dtype)
+        hidden = torch.randn(*leading, 4, generator=torch.Generator().manual_seed(7))
+        return head, hidden.to(dtype), OneRankCollectives(tp.rank, tp.size)
+
+    assert_same_forward(ParallelLMHead.forward, build, dtype)
