@@ -32,7 +32,7 @@ from conftest import (
     run_until_idle,
     scheduler_trace,
 )
-from course.differential import assert_same_call
+from course.differential import assert_same_call, use_reference_stubs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -683,3 +683,98 @@ def test_generate_returns_what_the_reference_generate_returns(llms):
             return [f"raised {type(error).__name__}: {error}"]
 
     assert_same_trace(7, run, "LLM.generate")
+
+
+# A step's phases one by one: what each stub leaves behind, not only what the step ends with.
+# Prompts longer than the prefill budget are chunked (chapter 10's ChunkedReq runs the
+# reference's two methods on both sides), and requests keep arriving while others run.
+CHUNKS = {
+    "scheduler/prefill.py:ChunkedReq.can_decode",
+    "scheduler/prefill.py:ChunkedReq.complete_one",
+}
+PHASED_WORKLOADS = [  # (seed, page size, KV pool tokens, table rows, prefill budget)
+    (4, 2, 80, 4, 7),
+    (5, 4, 128, 3, 12),
+    (6, 1, 48, 8, 5),
+]
+
+
+def scheduler_state(scheduler: Scheduler, when: str) -> str:
+    """Who runs (with their ledgers), who waits (and how far a chunked prompt got), free pages."""
+    running = [
+        f"{r.uid} (cached {r.cached_len}, device {r.device_len})"
+        for r in scheduler.decode_manager.running_reqs.values()
+    ]
+    waiting = [
+        f"{p.uid}" + (f" (chunked to {p.chunked_req.device_len})" if p.chunked_req else "")
+        for p in scheduler.prefill_manager.pending_list
+    ]
+    free = scheduler.cache_manager.num_free_pages
+    return f"{when}: running {running}; waiting {waiting}; {free} pages free"
+
+
+def phased_trace(
+    scheduler: Scheduler, requests: list[tuple[list[int], SamplingParams]]
+) -> list[str]:
+    """Two requests queued, then one more before each step; each step run phase by phase
+    (`_schedule_next_batch`, `run_batch`, `settle_batch`) with the state after each."""
+    events: list[str] = []
+    arrivals = list(requests)
+    step = 0
+    try:
+        while arrivals or scheduler.has_work:
+            step += 1
+            if step > SCHEDULER_MAX_STEPS:
+                events.append(f"still busy after {SCHEDULER_MAX_STEPS} steps (a request is stuck)")
+                break
+            for ids, params in arrivals[: 2 if step == 1 else 1]:
+                events.append(f"step {step}: queued request {scheduler.add_request(ids, params)}")
+            arrivals = arrivals[2 if step == 1 else 1 :]
+            forward_input = scheduler._schedule_next_batch()
+            if forward_input is None:
+                events.append(scheduler_state(scheduler, f"step {step}: no batch"))
+                continue
+            batch = forward_input.batch
+            reqs = [
+                f"{type(r).__name__} {r.uid} (cached {r.cached_len}, device {r.device_len}, "
+                f"row {r.table_idx})"
+                for r in batch.reqs
+            ]
+            events.append(f"step {step}: picked a {batch.phase} batch: {reqs}")
+            events.append(f"  prompts {sorted(r.uid for r in forward_input.prompts)}")
+            for name in ("input_ids", "positions", "out_loc"):
+                events.append(f"  its {name}: {getattr(batch, name).tolist()}")
+            events.append(scheduler_state(scheduler, f"step {step}, prepared"))
+            output = scheduler.run_batch(forward_input)
+            events.append(scheduler_state(scheduler, f"step {step}, after run_batch"))
+            for out in scheduler.settle_batch((forward_input, output)):
+                reason = f", finished ({out.finish_reason})" if out.finish_reason else ""
+                events.append(f"step {step}: request {out.uid} got token {out.token}{reason}")
+            events.append(scheduler_state(scheduler, f"step {step}, settled"))
+            if not scheduler.has_work:
+                scheduler.run_when_idle()
+        events.append("idle; no page leaked")
+    except Exception as error:  # noqa: BLE001 - the trace ends with what went wrong
+        events.append(f"raised {type(error).__name__}: {error}")
+    return events
+
+
+@pytest.mark.parametrize("seed, page_size, pool_tokens, rows, budget", PHASED_WORKLOADS)
+def test_each_phase_of_a_step_leaves_what_the_reference_leaves(
+    seed, page_size, pool_tokens, rows, budget
+):
+    """_schedule_next_batch (pick_batch, both managers' schedule_next_batch, _prepare_batch),
+    run_batch and settle_batch, each compared by the state it leaves: the running set with its
+    ledgers after run_batch, the queue with its chunked prompts, the free pages; with prompts
+    chunked by a small budget and requests arriving while others run."""
+    overrides = dict(
+        max_running_req=rows, num_pages=pool_tokens // page_size, max_extend_tokens=budget
+    )
+
+    def run() -> list[str]:
+        built = Scheduler(SchedulerConfig(str(QWEN3), **config(page_size, **overrides)))
+        built.eos_token_ids |= {11, 12, 13}
+        with use_reference_stubs(10, only=CHUNKS):
+            return phased_trace(built, random_requests(seed))
+
+    assert_same_trace(7, run, f"phased workload {seed}")

@@ -10,11 +10,16 @@ still equals transformers' greedy `generate`. Overlap scheduling is chapter 11: 
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import torch
 from conftest import (
     TINY_MODELS,
+    assert_same_trace,
     engine_config,
     generate as generate_idle,
     greedy,
@@ -22,10 +27,23 @@ from conftest import (
     hf_greedy_cached,
     llm_fixture,
     load_tokenizer,
+    scheduler_trace,
+    shared_prefix_prompts,
 )
+from hypothesis import example, given, settings, strategies as st
 
-from minisgl.kvcache.radix_cache import RadixPrefixCache
+from course.differential import (
+    assert_same_call,
+    call_differences,
+    describe,
+    reference_function,
+    use_reference_stubs,
+)
+from minisgl.core import SamplingParams
+from minisgl.kvcache import BaseCacheHandle, MatchResult
+from minisgl.kvcache.radix_cache import RadixCacheHandle, RadixPrefixCache, RadixTreeNode
 from minisgl.llm import LLM
+from minisgl.scheduler import Scheduler, SchedulerConfig
 
 CPU = torch.device("cpu")
 QWEN3 = TINY_MODELS["qwen3"]
@@ -368,3 +386,344 @@ def test_a_full_pool_evicts_old_prefixes_and_outputs_stay_right():
             assert out["token_ids"] == hf_greedy_cached(QWEN3, p, 8)
     assert sum(evicted) > 0, "old prefixes must be evicted to make room"
     assert cache.size_info.total_size <= num_pages * page_size
+
+
+# --- every stub against the reference (tools/course/differential.py) ---
+# The same generated inputs go to your stub and to the reference's body of it (compiled into
+# your module, so it sees your other code). A cache state comes from a random program of
+# inserts, matches, locks, unlocks and evictions run by the reference, on prompts cut from
+# three documents that share beginnings (so prompts extend, share and diverge inside edges),
+# with page sizes 1, 2 and 4. After the call, the whole tree is compared: every edge's tokens
+# and slots, ref counts, child keys, parent links, the sizes (size_info), and the LRU order.
+# The LRU order is compared as an order, not as clock values, and only between nodes that can
+# compete for eviction: that is all the contract fixes.
+
+TOKENS = st.lists(st.integers(1, 3), max_size=14)
+DOCUMENTS = [
+    [1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2],
+    [1, 2, 3, 3, 2, 1, 1, 2, 3, 3, 2, 1, 1, 2],
+    [2, 2, 1, 1, 3, 3, 2, 2, 1, 1, 3, 3, 2, 2],
+]
+PROMPTS = st.builds(  # the start of a document (all of it, some of it, none), then a few ids
+    lambda document, cut, tail: DOCUMENTS[document][: 14 - cut] + tail,
+    st.integers(0, 2),
+    st.integers(0, 14),
+    st.lists(st.integers(1, 3), max_size=3),
+)
+PAGE_SIZES = st.sampled_from([1, 2, 4])
+PROGRAMS = st.lists(  # requests as the engine sees them, one after the other
+    st.tuples(
+        st.sampled_from(["comes and goes", "runs", "is admitted"]),
+        PROMPTS,
+        st.integers(0, 3),  # for how many later requests it stays (locked)
+        st.integers(0, 6),  # 4 to 6: 1 to 3 tokens are evicted after it (for a newcomer)
+    ),
+    min_size=2,
+    max_size=8,
+)
+
+
+@dataclass
+class CacheState:
+    """A cache built by the reference, and the handles running requests hold (locked)."""
+
+    cache: RadixPrefixCache
+    locked: list[RadixCacheHandle]
+    next_slot: int  # the first slot no insert used yet (page-aligned)
+
+
+def build_state(page_size: int, program: list[tuple[str, list[int], int, int]]) -> CacheState:
+    """Run `program` on a fresh cache with the reference's stubs. A request that "runs" is
+    matched and locked, then its prompt is inserted and its lock moves to the new handle (as
+    CacheManager.cache_req does); one that "is admitted" only holds its match; one that "comes
+    and goes" leaves its prompt in the cache, unlocked. Each stays for a few later requests."""
+    cache = RadixPrefixCache(CPU, page_size)
+    state = CacheState(cache, [], 0)
+    running: list[tuple[int, RadixCacheHandle]] = []  # (when it finishes, its handle)
+    with use_reference_stubs(9):
+        for step, (kind, tokens, stays, evict) in enumerate(program):
+            if kind == "comes and goes":
+                cache.insert_prefix(ids(*tokens), fresh_slots(state, len(tokens)))
+            else:
+                handle = cache.match_prefix(ids(*tokens)).handle
+                cache.lock_handle(handle)
+                if kind == "runs":
+                    slots = fresh_slots(state, len(tokens))
+                    _, inserted = cache.insert_prefix(ids(*tokens), slots)
+                    cache.lock_handle(inserted)
+                    cache.lock_handle(handle, unlock=True)
+                    handle = inserted
+                running.append((step + 1 + stays, handle))
+            for finished in [r for r in running if r[0] == step]:
+                running.remove(finished)
+                cache.lock_handle(finished[1], unlock=True)
+            cache.evict(min(max(evict - 3, 0), cache.size_info.evictable_size))
+    state.locked = [handle for _, handle in running]
+    return state
+
+
+def fresh_slots(state: CacheState, n: int) -> torch.Tensor:
+    """n slots no earlier insert used, starting on a page boundary."""
+    page = state.cache.page_size
+    start = state.next_slot
+    state.next_slot += -(-n // page) * page
+    return slots(start, n)
+
+
+class Hidden:
+    """Carries the cache to the call without the framework comparing it field by field (its
+    LRU clock values may differ and still be right); `observed` compares its `tree_view`."""
+
+    def __init__(self, cache: RadixPrefixCache) -> None:
+        self._cache = cache
+
+
+def path_of(node: RadixTreeNode) -> list[list[int]]:
+    """A node named by the keys of the edges from the root down to it."""
+    path = []
+    while node.parent is not None:
+        path.append(node.key.tolist())
+        node = node.parent
+    return path[::-1]
+
+
+def tree_view(cache: RadixPrefixCache) -> dict[str, Any]:
+    """Everything the contract fixes about a cache: each edge's tokens and slots (tensors, so
+    dtypes count), ref counts, the key it is filed under, its parent link, its place in the
+    LRU order, and the sizes. The LRU order is compared where eviction can see it: between
+    nodes of which neither is an ancestor of the other (only such nodes are ever leaves
+    together), each node listing those of them that were used before it."""
+    ancestors: dict[int, set[int]] = {}  # id(node) -> ids of its ancestors below the root
+    nodes, stack = [], [(child, set()) for child in cache.root.children.values()]
+    while stack:
+        node, above = stack.pop()
+        nodes.append(node)
+        ancestors[id(node)] = above
+        stack.extend((child, above | {id(node)}) for child in node.children.values())
+
+    def used_before(node: RadixTreeNode) -> list[list[list[int]]]:
+        return sorted(
+            path_of(other)
+            for other in nodes
+            if other is not node
+            and id(other) not in ancestors[id(node)]
+            and id(node) not in ancestors[id(other)]
+            and other.last_access < node.last_access
+        )
+
+    def view(node: RadixTreeNode, parent: RadixTreeNode | None) -> dict[str, Any]:
+        return {
+            "key": node.key,
+            "value": node.value,
+            "ref_count": node.ref_count,
+            "used after": None if node is cache.root else used_before(node),
+            "parent link right": node.parent is parent,
+            "children": [(key, view(child, node)) for key, child in sorted(node.children.items())],
+        }
+
+    info = cache.size_info
+    return {
+        "tree": view(cache.root, None),
+        "evictable_size": info.evictable_size,
+        "protected_size": info.protected_size,
+    }
+
+
+def result_view(value: Any) -> Any:
+    """A stub's return value with nodes named by their path (handles and matches by parts)."""
+    if isinstance(value, RadixTreeNode):
+        return {"node at": path_of(value)}
+    if isinstance(value, MatchResult):
+        return {"handle": result_view(value.handle), "indices": value.indices}
+    if isinstance(value, BaseCacheHandle):
+        node = getattr(value, "node", None)
+        return {
+            "type": type(value).__name__,
+            "cached_len": value.cached_len,
+            "node": result_view(node) if node is not None else None,
+        }
+    if isinstance(value, tuple):
+        return tuple(result_view(v) for v in value)
+    return value
+
+
+def observed(function: Callable[..., Any], sort_result: bool) -> Callable[..., Any]:
+    """`function` called on the hidden cache; returns what it returned and the cache after."""
+
+    def call(hidden: Hidden, *args: Any) -> dict[str, Any]:
+        result = function(hidden._cache, *args)
+        if sort_result:  # evict: which slots are freed counts, not their order
+            result = result.sort().values if isinstance(result, torch.Tensor) else result
+        return {"returned": result_view(result), "cache after": tree_view(hidden._cache)}
+
+    return call
+
+
+def assert_same_cache_call(
+    name: str, state: CacheState, *args: Any, sort_result: bool = False
+) -> None:
+    """RadixPrefixCache.<name>(cache, *args), yours against the reference's body, on equal deep
+    copies of the state (a node or handle among `args` is copied with the tree it is in)."""
+    yours = observed(getattr(RadixPrefixCache, name), sort_result)
+    reference = observed(reference_function(RadixPrefixCache, name), sort_result)
+    found = call_differences(yours, Hidden(state.cache), *args, reference=reference)
+    if found:
+        raise AssertionError(
+            f"RadixPrefixCache.{name} (minisgl/kvcache/radix_cache.py) differs from the "
+            "reference on these inputs:\n  "
+            + "\n  ".join(found)
+            + f"\ncache (page_size {state.cache.page_size}): {tree_view(state.cache)}"
+            + f"\narguments: {', '.join(describe(result_view(a)) for a in args)}"
+        )
+
+
+@given(key=TOKENS | PROMPTS, tokens=PROMPTS | TOKENS, page_size=PAGE_SIZES)
+@example(key=[1, 2, 3, 1, 2], tokens=[1, 2, 3, 1, 3], page_size=2)  # 4 in common: 2 pages
+@example(key=[1, 2, 3], tokens=[1, 2, 3], page_size=2)  # all 3 in common: 1 page
+@settings(max_examples=30)
+def test_match_len_matches_the_reference(key, tokens, page_size):
+    """Empty, equal, diverging at every place, one a prefix of the other, across pages."""
+    assert_same_call(
+        RadixPrefixCache._match_len, RadixPrefixCache(CPU, page_size), ids(*key), ids(*tokens)
+    )
+
+
+@given(page_size=PAGE_SIZES, program=PROGRAMS, tokens=PROMPTS)
+@settings(max_examples=50)
+def test_walk_matches_the_reference(page_size, program, tokens):
+    assert_same_cache_call("_walk", build_state(page_size, program), ids(*tokens))
+
+
+@given(
+    page_size=PAGE_SIZES,
+    first=PROMPTS.filter(lambda tokens: len(tokens) >= 8),
+    program=PROGRAMS,
+    which=st.integers(0, 40),
+    where=st.integers(0, 40),
+)
+@settings(max_examples=30)
+def test_split_matches_the_reference(page_size, first, program, which, where):
+    """Any edge of two pages or more (locked or not, leaf or inner), cut at any inner page
+    boundary."""
+    state = build_state(page_size, [("comes and goes", first, 0, 0), *program])
+    edges = [n for n in all_nodes(state.cache) if len(n.key) >= 2 * page_size]
+    if not edges:  # the program evicted them all: a new branch (token 4 is nowhere else)
+        state = build_state(page_size, [*program, ("comes and goes", [4, *first], 0, 0)])
+        edges = [n for n in all_nodes(state.cache) if len(n.key) >= 2 * page_size]
+    node = edges[which % len(edges)]
+    pages = len(node.key) // page_size
+    at = (1 + where % (pages - 1)) * page_size
+    assert_same_cache_call("_split", state, node, at)
+
+
+def all_nodes(cache: RadixPrefixCache) -> list[RadixTreeNode]:
+    nodes, stack = [], [*cache.root.children.values()]
+    while stack:
+        node = stack.pop()
+        nodes.append(node)
+        stack.extend(node.children.values())
+    return nodes
+
+
+@given(page_size=PAGE_SIZES, program=PROGRAMS, tokens=PROMPTS)
+@settings(max_examples=40)
+def test_match_prefix_matches_the_reference(page_size, program, tokens):
+    assert_same_cache_call("match_prefix", build_state(page_size, program), ids(*tokens))
+
+
+@given(page_size=PAGE_SIZES, program=PROGRAMS, tokens=PROMPTS, which=st.integers(0, 40))
+@settings(max_examples=40)
+def test_lock_handle_matches_the_reference(page_size, program, tokens, which):
+    """Lock a fresh match (the root's handle when nothing matches), lock a locked path again,
+    or unlock a locked handle: its count may drop to 0 or stay up (shared prefixes)."""
+    state = build_state(page_size, program)
+    choice = which % 3
+    if choice == 0 or not state.locked:
+        with use_reference_stubs(9):
+            handle = state.cache.match_prefix(ids(*tokens)).handle
+        assert_same_cache_call("lock_handle", state, handle, False)
+    else:
+        handle = state.locked[which % len(state.locked)]
+        assert_same_cache_call("lock_handle", state, handle, choice == 2)
+
+
+@given(page_size=PAGE_SIZES, program=PROGRAMS, tokens=PROMPTS)
+@settings(max_examples=40)
+def test_insert_prefix_matches_the_reference(page_size, program, tokens):
+    """Already cached whole, in part, not at all; ending inside a page or on its boundary."""
+    state = build_state(page_size, program)
+    indices = fresh_slots(state, len(tokens))
+    assert_same_cache_call("insert_prefix", state, ids(*tokens), indices)
+
+
+@given(
+    page_size=PAGE_SIZES,
+    program=PROGRAMS,
+    how_much=st.sampled_from(["all", "some", "too much", "nothing", "less than nothing"]),
+    number=st.integers(0, 60),
+)
+@example(  # a running request holds [1, 2]; [3, 4] below it and a newer [2, 2] are not held
+    page_size=1,
+    program=[
+        ("comes and goes", [1, 2, 3, 4], 0, 0),
+        ("is admitted", [1, 2, 1], 3, 0),
+        ("comes and goes", [2, 2], 0, 0),
+    ],
+    how_much="all",
+    number=0,
+)
+@settings(max_examples=50)
+def test_evict_matches_the_reference(page_size, program, how_much, number):
+    """From nothing (0 or less) to everything evictable, exactly, and past it (RuntimeError),
+    with leaves whose parents a running request holds. The slots are compared as a set: their
+    order is not part of the contract."""
+    state = build_state(page_size, program)
+    evictable = state.cache.size_info.evictable_size
+    num_tokens = {
+        "nothing": 0,
+        "less than nothing": -1,
+        "some": 1 + number % max(evictable, 1),
+        "all": evictable,
+        "too much": evictable + 1 + number % 3,
+    }[how_much]
+    assert_same_cache_call("evict", state, num_tokens, sort_result=True)
+
+
+EVERY_SEVENTH_ID = set(range(3, 49152, 7))  # as EOS: the tiny model samples all sorts
+RADIX_WORKLOADS = [  # (seed, page size, KV pool tokens, table rows): pools that force evictions
+    (0, 1, 150, 2),
+    (1, 4, 128, 3),
+]
+
+
+def radix_requests(seed: int) -> list[tuple[list[int], SamplingParams]]:
+    """Nine prompts, every third with the same 20-token prefix, then one of them again and a
+    cut of another (matches that end inside an edge); some requests stop at EOS."""
+    rng = random.Random(seed)
+    prompts = shared_prefix_prompts(seed)
+    prompts += [prompts[0], prompts[3][:25]]
+    return [
+        (p, SamplingParams(max_tokens=rng.randint(1, 5), ignore_eos=rng.random() < 0.5))
+        for p in prompts
+    ]
+
+
+@pytest.mark.parametrize("seed, page_size, pool_tokens, rows", RADIX_WORKLOADS)
+def test_the_radix_cache_serves_a_workload_as_the_reference_does(
+    seed, page_size, pool_tokens, rows
+):
+    """Every stub inside the engine: the same batches (with their cached lengths, rows, input
+    ids, positions and KV slots, so the same matches and the same evictions), tokens, running
+    and waiting sets and free pages, step by step, as with the chapter's reference code. The
+    slots evict returns are sorted on both sides: their order is not part of its contract."""
+    overrides = dict(max_running_req=rows, num_pages=pool_tokens // page_size)
+
+    def run() -> list[str]:
+        built = Scheduler(SchedulerConfig(str(QWEN3), **config(page_size, **overrides)))
+        built.eos_token_ids |= EVERY_SEVENTH_ID  # so that some requests stop early
+        cache = built.cache_manager.prefix_cache
+        evict = cache.evict  # yours, or the reference's inside use_reference_stubs
+        cache.evict = lambda num_tokens: evict(num_tokens).sort().values
+        return scheduler_trace(built, radix_requests(seed))
+
+    assert_same_trace(9, run, f"radix workload {seed}")

@@ -9,12 +9,14 @@ Overlap scheduling is chapter 11: it stays off.
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import (
     TINY_MODELS,
+    assert_same_trace,
     encode,
     engine_config,
     generate,
@@ -23,11 +25,17 @@ from conftest import (
     hf_greedy_cached,
     llm_fixture,
     load_tokenizer,
+    random_prompts,
     run_until_idle,
+    scheduler_trace,
 )
+from hypothesis import given, settings, strategies as st
 
+from course.differential import assert_same_call, reference_function
 from minisgl.core import Req, SamplingParams
-from minisgl.kvcache import NaivePrefixCache
+from minisgl.kvcache import BaseCacheHandle, NaivePrefixCache
+
+from minisgl.kvcache.radix_cache import RadixCacheHandle, RadixPrefixCache
 from minisgl.scheduler import Scheduler, SchedulerConfig, TableManager
 from minisgl.scheduler.cache import CacheManager
 from minisgl.scheduler.prefill import ChunkedReq, PrefillAdder
@@ -260,3 +268,121 @@ def test_a_chunk_ending_inside_a_page_does_not_stall_a_request_that_fills_the_po
     steps = run_until_idle(scheduler, max_steps=50)
     tokens = [o.token for outs in steps for o in outs if o.uid == uid]
     assert tokens == hf_greedy_cached(QWEN3, ids, 8)
+
+
+# --- every stub against the reference (tools/course/differential.py) ---
+# The same generated inputs go to your stub and to the reference's body of it (compiled into
+# your module, so it sees your other code): return values, changes to the arguments and to
+# self, and exceptions must match. Then the scheduler runs seeded random workloads under small
+# token budgets, your chunks against the chapter's reference stubs, event by event.
+
+CHUNKS = st.tuples(  # (prompt length so far, tokens cached before this chunk, max_tokens)
+    st.integers(1, 40), st.integers(0, 39), st.integers(1, 8)
+)
+
+
+def make_chunk(prompt_len: int, cached: int, max_tokens: int, *, ran: bool = False) -> ChunkedReq:
+    """A chunk of a prompt: ids up to its end, the part before it cached; `ran`: after its
+    forward (the reference's complete_one has run)."""
+    chunk = ChunkedReq(
+        torch.arange(100, 100 + prompt_len, dtype=torch.int32),
+        table_idx=3,
+        cached_len=cached % prompt_len,
+        output_len=max_tokens,
+        uid=7,
+        sampling_params=greedy(max_tokens),
+    )
+    if ran:
+        reference_function(ChunkedReq, "complete_one")(chunk)
+    return chunk
+
+
+@given(chunk=CHUNKS, ran=st.booleans())
+@settings(max_examples=30)
+def test_chunk_can_decode_matches_the_reference(chunk, ran):
+    """Before and after its forward, at every length, cached part and max_tokens."""
+    assert_same_call(ChunkedReq.can_decode.fget, make_chunk(*chunk, ran=ran))
+
+
+@given(chunk=CHUNKS)
+@settings(max_examples=30)
+def test_chunk_complete_one_matches_the_reference(chunk):
+    assert_same_call(ChunkedReq.complete_one, make_chunk(*chunk))
+
+
+@given(
+    prompt_len=st.integers(1, 40),
+    cached=st.integers(0, 39),
+    budget=st.integers(1, 50),
+    budget_near_the_rest=st.sampled_from([None, -1, 0, 1]),
+    max_tokens=st.integers(1, 8),
+    handle=st.sampled_from(["none", "naive", "radix"]),
+)
+@settings(max_examples=50)
+def test_add_one_req_matches_the_reference(
+    prompt_len, cached, budget, budget_near_the_rest, max_tokens, handle
+):
+    """Budgets from one token to more than the rest of the prompt, and exactly the rest, one
+    less and one more; prompts cached in part (a prefix match, or earlier chunks) or not."""
+    cached_len = cached % prompt_len
+    rest = prompt_len - cached_len
+    if budget_near_the_rest is not None:
+        budget = max(1, rest + budget_near_the_rest)
+
+    cache_handle = {  # one handle for both sides (a radix node stamps a clock when made)
+        "none": None,
+        "naive": BaseCacheHandle(0),
+        "radix": RadixCacheHandle(cached_len, RadixPrefixCache(CPU).root),
+    }[handle]
+
+    def build() -> tuple:
+        page_table = torch.zeros(8, 128, dtype=torch.int32)
+        cache_manager = CacheManager(32, 4, page_table, NaivePrefixCache(CPU))
+        adder = PrefillAdder(cache_manager, TableManager(8, page_table), budget, reserved_size=9)
+        ids = torch.arange(100, 100 + prompt_len, dtype=torch.int32)
+        return adder, PendingReq(5, ids, greedy(max_tokens)), cache_handle, 2, cached_len
+
+    assert_same_call(PrefillAdder._add_one_req, build=build)
+
+
+EVERY_SEVENTH_ID = set(range(3, 49152, 7))  # as EOS: the tiny model samples all sorts
+CHUNKED_WORKLOADS = [  # (seed, page size, KV pool tokens, table rows, token budget, cache)
+    (0, 1, 256, 3, 5, "naive"),
+    (1, 4, 192, 8, 7, "radix"),
+    (2, 16, 512, 2, 16, "radix"),
+]
+
+
+def chunked_requests(seed: int) -> list[tuple[list[int], SamplingParams]]:
+    """Six prompts of 3 to 40 random ids, the first 20 of the first shared by the third and
+    the fifth (a radix cache finds them), with random max_tokens; some stop at EOS."""
+    rng = random.Random(seed)
+    prompts = random_prompts(seed, 6, longest=40)
+    prompts[2] = prompts[0][:20] + prompts[2]
+    prompts[4] = prompts[0][:20] + prompts[4]
+    return [
+        (p, SamplingParams(max_tokens=rng.randint(1, 6), ignore_eos=rng.random() < 0.5))
+        for p in prompts
+    ]
+
+
+@pytest.mark.parametrize("seed, page_size, pool_tokens, rows, budget, cache", CHUNKED_WORKLOADS)
+def test_chunked_prefill_runs_a_workload_as_the_reference_does(
+    seed, page_size, pool_tokens, rows, budget, cache
+):
+    """The same batches (chunks with their lengths, rows, input ids, positions and KV slots),
+    tokens, running and waiting sets and free pages, step by step, as with the chapter's
+    reference code."""
+    overrides = dict(
+        cache_type=cache,
+        max_running_req=rows,
+        num_pages=pool_tokens // page_size,
+        max_extend_tokens=budget,
+    )
+
+    def run() -> list[str]:
+        built = Scheduler(SchedulerConfig(str(QWEN3), **config(page_size, **overrides)))
+        built.eos_token_ids |= EVERY_SEVENTH_ID  # so that some requests stop early
+        return scheduler_trace(built, chunked_requests(seed))
+
+    assert_same_trace(10, run, f"chunked workload {seed}")

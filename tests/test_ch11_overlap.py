@@ -10,17 +10,21 @@ prefill, for page sizes 1 and 16.
 
 from __future__ import annotations
 
+import random
 
 import pytest
 from conftest import (
     TINY_MODELS,
+    assert_same_trace,
     encode,
     engine_config,
     generate as generate_idle,
     greedy,
     hf_greedy_cached,
     llm_fixture,
+    random_prompts,
     run_until_idle,
+    scheduler_trace,
 )
 
 from minisgl.core import SamplingParams
@@ -209,3 +213,71 @@ def test_overlap_is_on_by_default_and_minisgl_disable_overlap_turns_it_off(monke
     forced = Scheduler(SchedulerConfig(str(QWEN3), **config(enable_overlap=True)))
     assert forced.overlap, "an explicit enable_overlap=True wins over the environment"
     assert first_two_steps(forced) == [[], expected[:1]]
+
+
+# --- every stub against the reference (tools/course/differential.py) ---
+# overlap_loop shows only through the scheduler's loop: seeded random workloads run with
+# overlap on, your loop against the chapter's reference one, event by event (every batch
+# launched with its requests' lengths, rows, input ids, positions and KV slots; the tokens each
+# step returns; who runs and who waits; the free pages). Some requests stop at EOS (their extra
+# token must be dropped), some are aborted between steps (freed once no launched batch uses
+# them), with the naive and the radix cache, with and without chunked prefill.
+
+EVERY_SEVENTH_ID = set(range(3, 49152, 7))  # as EOS: the tiny model samples all sorts
+# (seed, page size, KV pool tokens, table rows, token budget, cache, aborts). Aborts are
+# {step: uids aborted before it}; each hits a request of the batch in flight then (a decode
+# step or a chunk), so that it is freed only once the next step has processed that batch.
+OVERLAP_WORKLOADS = {
+    "page1-naive": (0, 1, 120, 4, 512, "naive", {8: [2]}),
+    "page16-radix-chunk16": (1, 16, 512, 3, 16, "radix", {2: [1], 10: [3]}),
+    "page4-radix-chunk7-tight": (2, 4, 96, 8, 7, "radix", {3: [0], 12: [2]}),
+}
+
+
+def overlap_requests(seed: int) -> list[tuple[list[int], SamplingParams]]:
+    """Six prompts of 3 to 30 random ids (the second and the fourth share the first's first
+    12), random max_tokens; about half may stop at EOS."""
+    rng = random.Random(seed)
+    prompts = random_prompts(seed, 6, longest=30)
+    prompts[1] = prompts[0][:12] + prompts[1]
+    prompts[3] = prompts[0][:12] + prompts[3]
+    return [
+        (p, SamplingParams(max_tokens=rng.randint(1, 8), ignore_eos=rng.random() < 0.5))
+        for p in prompts
+    ]
+
+
+def trace_with_aborts(scheduler: Scheduler, seed: int, aborts: dict[int, list[int]]) -> list[str]:
+    """`scheduler_trace` of the seed's requests, aborting requests (by uid, the order they
+    were queued in) before the steps `aborts` names; what each abort returned comes last."""
+    step, calls, aborted = scheduler.step, 0, []
+
+    def step_after_aborts() -> list:
+        nonlocal calls
+        calls += 1
+        for uid in aborts.get(calls, []):
+            found = scheduler.abort_request(uid)
+            aborted.append(f"before step {calls}: abort request {uid} returned {found}")
+        return step()
+
+    scheduler.step = step_after_aborts
+    return scheduler_trace(scheduler, overlap_requests(seed)) + aborted
+
+
+@pytest.mark.parametrize("setup", list(OVERLAP_WORKLOADS))
+def test_overlap_runs_a_workload_as_the_reference_does(setup):
+    seed, page_size, pool_tokens, rows, budget, cache, aborts = OVERLAP_WORKLOADS[setup]
+    overrides = dict(
+        cache_type=cache,
+        max_running_req=rows,
+        num_pages=pool_tokens // page_size,
+        max_extend_tokens=budget,
+    )
+
+    def run() -> list[str]:
+        built = Scheduler(SchedulerConfig(str(QWEN3), **config(page_size, **overrides)))
+        assert built.overlap
+        built.eos_token_ids |= EVERY_SEVENTH_ID  # so that some requests stop early
+        return trace_with_aborts(built, seed, aborts)
+
+    assert_same_trace(11, run, f"overlap workload {setup}")

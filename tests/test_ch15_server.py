@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import json
+import re
 import shutil
 import tempfile
 from contextlib import asynccontextmanager
@@ -20,7 +22,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from openai.types import Completion, CompletionChoice
 from openai.types.chat import ChatCompletionChunk
-from conftest import SMOLLM2, load_tokenizer, require_model
+from conftest import SMOLLM2, assert_same_trace, load_tokenizer, require_model
+from course.differential import assert_same_call, call_differences, reference_of
 from server_fixture import LiveServer, start_server
 
 from minisgl.core import SamplingParams
@@ -34,6 +37,8 @@ from minisgl.message import (
     TokenizeMsg,
     ipc_address,
 )
+from minisgl.scheduler.utils import SchedulerStatus
+from minisgl.server import api_server
 from minisgl.server.api_server import metrics_text, stream_events
 from minisgl.server.frontend import FrontendManager
 from minisgl.server.protocol import DEFAULT_MAX_TOKENS, SamplingFields
@@ -512,3 +517,288 @@ def test_metrics_declare_each_metric_before_its_one_sample(status: StatusMsg) ->
         assert help_line.startswith(f"# HELP {name} "), f"{help_line!r} does not precede {name}"
         assert type_line in (f"# TYPE {name} gauge", f"# TYPE {name} counter"), type_line
         assert sample == f"{name} {value}", f"{sample!r}: expected the value {value}"
+
+
+# --- every stub against the reference (tools/course/differential.py) ---------------------------
+# The same generated inputs go to your stub and to the reference's body of it (compiled into
+# your module, so it sees your other code): return values, changes to the arguments and to
+# self, and exceptions must match. The listener, the replies generator and the SSE stream show
+# only through what they do over time: events recorded with your code, then with the chapter's
+# reference stubs (module functions are called through their module, where those are swapped).
+
+IN_RANGE = {  # each range-checked field's values that SamplingParams accepts, edges included
+    "temperature": st.sampled_from([0.0, 2.0]) | st.floats(0.0, 2.0),
+    "top_p": st.just(1.0) | st.floats(0.0, 1.0, exclude_min=True),
+    "top_k": st.sampled_from([-1, 1]) | st.integers(1, 100_000),
+    "max_tokens": st.sampled_from([None, 1]) | st.integers(1, 100_000),
+    "seed": st.sampled_from([None, 0]) | st.integers(0, 2**32),
+}
+OUT_OF_RANGE = {  # each range-checked field's values that SamplingParams refuses
+    "temperature": st.floats(-5.0, -1e-6),
+    "top_p": st.floats(-0.5, 0.0) | st.floats(1.0, 5.0, exclude_min=True),
+    "top_k": st.integers(-5, 0).filter(lambda k: k != -1),
+    "max_tokens": st.integers(-3, 0),
+    "seed": st.integers(-3, -1),
+}
+
+
+@st.composite
+def sampling_fields(draw: st.DrawFn) -> dict:
+    """Any subset of the fields in range (the others as the API's defaults), the OpenAI
+    fields minisgl keeps aside, and at most one field out of its range: with two, either
+    could be the one an error names."""
+    fields = draw(
+        st.fixed_dictionaries(
+            {},
+            optional={
+                **IN_RANGE,
+                "ignore_eos": st.booleans(),
+                "stop": st.sampled_from([None, "\n", ["a", "b"]]),
+                "stream": st.booleans(),
+                "logit_bias": st.just({"1": 2}),
+            },
+        )
+    )
+    wrong = draw(st.none() | st.sampled_from(sorted(OUT_OF_RANGE)))
+    if wrong is not None:
+        fields[wrong] = draw(OUT_OF_RANGE[wrong])
+    return fields
+
+
+@settings(max_examples=60)
+@given(fields=sampling_fields())
+def test_sampling_params_matches_the_reference(fields: dict) -> None:
+    """The same SamplingParams, or the same InvalidRequestError naming the same field."""
+    assert_same_call(SamplingFields.sampling_params, SamplingFields(model="m", **fields))
+
+
+def prometheus_samples(text: str) -> str:
+    """The metrics text with each HELP line's words left out: their wording is free."""
+    return re.sub(r"^# HELP (\S+) .*$", r"# HELP \1 ...", text, flags=re.MULTILINE)
+
+
+@settings(max_examples=40)
+@given(status=STATUS_MSGS | st.builds(SchedulerStatus, *[st.integers(0, 10**9)] * 7))
+def test_metrics_text_matches_the_reference(status: object) -> None:
+    """The same lines, names, types and values, and newlines, as the reference's text (the
+    HELP lines' wording aside), for a StatusMsg or any object with the same fields."""
+    reference = reference_of(metrics_text)
+    found = call_differences(
+        lambda s: prometheus_samples(metrics_text(s)),
+        status,
+        reference=lambda s: prometheus_samples(reference(s)),
+    )
+    assert not found, "metrics_text differs from the reference:\n  " + "\n  ".join(found)
+
+
+class ScriptOver(Exception):
+    """The stand-in socket has no more messages (a real one would wait for the next)."""
+
+
+class ScriptedApiInbox:
+    """The API server's socket: each get() hands over the script's next message."""
+
+    def __init__(self, script: list[object]) -> None:
+        self.script = list(script)
+
+    async def get(self) -> object:
+        await asyncio.sleep(0)  # as a socket read does: other tasks may run
+        if not self.script:
+            raise ScriptOver
+        return self.script.pop(0)
+
+
+class SentToTokenizer:
+    """The tokenizer worker's queue: what was put on it."""
+
+    def __init__(self) -> None:
+        self.sent: list[object] = []
+
+    def put(self, msg: object) -> None:
+        self.sent.append(msg)
+
+
+def bare_frontend(script: list[object] = ()) -> FrontendManager:  # type: ignore[assignment]
+    """A FrontendManager whose sockets are stand-ins (no ZMQ): `__init__`'s fields, as is."""
+    frontend = FrontendManager.__new__(FrontendManager)
+    frontend.to_tokenizer = SentToTokenizer()  # type: ignore[assignment]
+    frontend.inbox = ScriptedApiInbox(script)  # type: ignore[assignment]
+    frontend.uids = itertools.count()
+    frontend.streams, frontend.status_waiters, frontend.listener = {}, {}, None
+    return frontend
+
+
+async def outcome(awaitable: object, timeout_s: float = 5.0) -> str:
+    try:
+        await asyncio.wait_for(awaitable, timeout_s)  # type: ignore[arg-type]
+        return "returned"
+    except asyncio.TimeoutError:
+        return f"still running after {timeout_s} s"
+    except Exception as error:  # noqa: BLE001 - compared with the reference's outcome
+        return f"raised {type(error).__name__}"
+
+
+ROUTED_ITEMS = st.one_of(
+    st.builds(
+        ReplyMsg,
+        st.integers(0, 5),
+        st.sampled_from(["", "a", "bc"]),
+        st.sampled_from([None, "stop"]),
+    ),
+    st.builds(StatusMsg, st.integers(10, 14), *[st.just(1)] * 6, st.just(True)),
+)
+API_MESSAGES = ROUTED_ITEMS | st.builds(BatchMsg, st.lists(ROUTED_ITEMS, max_size=4))
+
+
+@settings(max_examples=40)
+@given(
+    streams=st.sets(st.integers(0, 5)),
+    waiters=st.sets(st.integers(10, 14)),
+    script=st.lists(API_MESSAGES, max_size=5),
+)
+def test_listen_routes_as_the_reference_does(streams, waiters, script) -> None:  # noqa: ANN001
+    """Replies and statuses, alone or batched, for requests and waiters that exist or are
+    gone (twice for the same waiter, too): each queue's replies, each waiter's answer, what is
+    still routed, and how the listener ended when the socket had nothing more."""
+
+    def run() -> list[str]:
+        async def scenario() -> list[str]:
+            frontend = bare_frontend(script)
+            loop = asyncio.get_running_loop()
+            queues = {uid: asyncio.Queue() for uid in sorted(streams)}
+            futures = {rid: loop.create_future() for rid in sorted(waiters)}
+            frontend.streams, frontend.status_waiters = dict(queues), dict(futures)
+            events = [f"listen {await outcome(frontend.listen())}"]
+            for uid, queue in queues.items():
+                replies = [queue.get_nowait() for _ in range(queue.qsize())]
+                events.append(f"request {uid} got {replies}")
+            for rid, future in futures.items():
+                answer = future.result() if future.done() else "nothing"
+                events.append(f"waiter {rid} got {answer}")
+            events.append(f"routed {sorted(frontend.streams)}, {sorted(frontend.status_waiters)}")
+            events.append(f"sent {frontend.to_tokenizer.sent}")
+            return events
+
+        return asyncio.run(scenario())
+
+    assert_same_trace(15, run, "listen()")
+
+
+class Drained(Exception):
+    """A request's queue had no more replies (a real one would wait for the next)."""
+
+
+class ReplyQueue(asyncio.Queue):
+    """A request's queue holding the replies given; asking for more raises Drained."""
+
+    async def get(self) -> ReplyMsg:
+        if self.empty():
+            raise Drained
+        return self.get_nowait()
+
+
+REPLIES = st.lists(
+    st.builds(
+        ReplyMsg,
+        st.just(3),
+        st.sampled_from(["", "Hi", "!"]),
+        st.sampled_from([None, None, "stop", "length", "abort"]),
+        st.integers(0, 9),
+        st.integers(0, 9),
+        st.sampled_from([None, None, "too long"]),
+    ),
+    max_size=5,
+)
+
+
+@settings(max_examples=40)
+@given(replies=REPLIES, read=st.integers(0, 6), routed=st.sampled_from([True] * 4 + [False]))
+def test_replies_yields_as_the_reference_does(replies, read, routed) -> None:  # noqa: ANN001
+    """A request's queue holding any replies (finishing, refusing, or none of them), read by
+    a consumer that stops after `read` of them or reads on: what it got, whether the request
+    was still routed after each reply, and how the generator ended."""
+
+    def run() -> list[str]:
+        async def scenario() -> list[str]:
+            frontend = bare_frontend()
+            if routed:
+                queue = ReplyQueue()
+                for reply in replies:
+                    queue.put_nowait(reply)
+                frontend.streams[3] = queue
+            events: list[str] = []
+            generator = frontend.replies(3)
+            try:
+                for _ in range(read):
+                    reply = await asyncio.wait_for(anext(generator), 5)
+                    events.append(f"got {reply}; routed {3 in frontend.streams}")
+                events.append("the consumer stopped reading")
+            except StopAsyncIteration:
+                events.append("the replies ended")
+            except Exception as error:  # noqa: BLE001 - compared with the reference's outcome
+                events.append(f"raised {type(error).__name__}")
+            events.append(f"routed {sorted(frontend.streams)}; sent {frontend.to_tokenizer.sent}")
+            return events
+
+        return asyncio.run(scenario())
+
+    assert_same_trace(15, run, "replies()")
+
+
+def sse_events(events: list[str]) -> list[object]:
+    """Each event's data, JSON parsed (the order of a chunk's keys is free)."""
+    parsed: list[object] = []
+    for event in events:
+        if not (event.startswith("data: ") and event.endswith("\n\n")):
+            parsed.append(f"not an SSE data event: {event!r}")
+            continue
+        data = event.removeprefix("data: ").removesuffix("\n\n")
+        parsed.append(data if data == "[DONE]" else json.loads(data))
+    return parsed
+
+
+@settings(max_examples=40)
+@given(
+    pieces=st.lists(st.sampled_from(["", "Hel", "lo", " 🙂"]), max_size=4),
+    last=st.builds(
+        ReplyMsg,
+        st.just(1),
+        st.sampled_from(["", "!"]),
+        st.sampled_from(["stop", "length", "abort"]),
+        st.integers(0, 500),
+        st.integers(1, 500),
+    ),
+    chat=st.booleans(),
+    include_usage=st.booleans(),
+    header=st.fixed_dictionaries(
+        {"id": st.sampled_from(["cmpl-1", "chatcmpl-9"]), "created": st.integers(0, 2**31)},
+        optional={"object": st.just("text_completion"), "model": st.just("SmolLM2")},
+    ),
+)
+def test_stream_events_match_the_reference(pieces, last, chat, include_usage, header) -> None:  # noqa: ANN001
+    """A stream of any pieces (empty ones too) and a last reply with or without text, for a
+    completion or a chat, with usage or without: the same events, and the same replies read
+    (none past the finishing one)."""
+    replies = [ReplyMsg(1, text) for text in pieces] + [last]
+
+    def run() -> list[str]:
+        read: list[ReplyMsg] = []
+
+        async def rest() -> AsyncIterator[ReplyMsg]:
+            for reply in replies[1:]:
+                read.append(reply)
+                yield reply
+
+        async def collect() -> list[str]:
+            events = api_server.stream_events(replies[0], rest(), chat, dict(header), include_usage)
+            return [event async for event in events]
+
+        try:
+            events = [
+                json.dumps(data, sort_keys=True) for data in sse_events(asyncio.run(collect()))
+            ]
+        except Exception as error:  # noqa: BLE001 - compared with the reference's outcome
+            events = [f"raised {type(error).__name__}: {error}"]
+        return [*events, f"read {len(read)} of the {len(replies) - 1} replies after the first"]
+
+    assert_same_trace(15, run, "stream_events")

@@ -18,20 +18,28 @@ import os
 
 os.environ["TRITON_INTERPRET"] = "1"  # before minisgl.kernels imports triton's jit
 
+import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from conftest import TINY_MODELS, greedy, guarded_llm, hf_greedy_cached, require_model
+from course.differential import Tolerance, assert_same_call, call_differences
+from course.differential import reference_function, use_reference_stubs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_ch17_gpu_attention import HostSyncGuard, prompts
 from test_ch18_cuda_graph import FakeGraph
 from test_ch19_kernels import make_reqs, paged_table
+from triton.runtime.errors import InterpreterError
 
 from minisgl.attention import ATTENTION_BACKENDS, TorchAttnBackend
-from minisgl.attention.triton import TritonAttnBackend, TritonAttnMetadata
+from minisgl.attention import triton as triton_backend
+from minisgl.attention.triton import CPU_SM_COUNT, TritonAttnBackend, TritonAttnMetadata
 from minisgl.core import Batch
 from minisgl.engine import graph as graph_module
 from minisgl.engine.graph import GraphRunner
@@ -522,3 +530,709 @@ def test_decode_graphs_on_triton_give_the_eager_tokens(monkeypatch) -> None:
     )
     monkeypatch.setattr(GraphRunner, "graph_type", FakeGraph)
     assert engine_tokens("triton", 4, graph_max_bs=4) == engine_tokens("torch", 4)
+
+
+# --- every stub against the reference (tools/course/differential.py) ---------------------------
+# Each stub against the reference's body of it, on generated inputs. A kernel (yours and the
+# reference's) is launched by the reference's launcher, so any difference is the kernel's; the
+# two device functions are called by a one-program probe kernel of this file; the backend's
+# methods run the reference's kernels. Blocks are made small (16 keys, 16 queries), so that
+# small inputs cross block and chunk edges, and shapes stay tiny: the interpreter's time goes
+# by the program. float32 results must agree to float32 rounding (a correct kernel may sum in
+# another order); 16-bit inputs leave a 16-bit rounding of their own.
+
+KERNEL_STUBS = frozenset(
+    f"kernels/paged_attention.py:{name}"
+    for name in (
+        "load_kv_block",
+        "online_softmax_step",
+        "decode_kernel",
+        "merge_kernel",
+        "prefill_kernel",
+    )
+)
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+TOLERANCES = {
+    torch.float32: Tolerance(rtol=1e-5, atol=2e-5),
+    torch.bfloat16: Tolerance(rtol=1.6e-2, atol=1e-2),  # 8 bits of mantissa
+    torch.float16: Tolerance(rtol=2e-3, atol=2e-3),
+}
+SMALL_BLOCK = MIN_DOT  # keys per block, and queries per prefill program, in these comparisons
+SMALL_DECODE = paged_attention.DecodeConfig(block_n=SMALL_BLOCK)
+
+
+def raised_in_the_kernel(error: BaseException) -> BaseException:
+    """The exception a kernel raised, not the interpreter's InterpreterError around it: a stub
+    not written yet shows as NotImplementedError, which is never a match."""
+    while isinstance(error, InterpreterError) and error.__cause__ is not None:
+        error = error.__cause__
+    return error
+
+
+def assert_same_with_stub(
+    stub: str,
+    launch: Callable[..., Any],
+    build: Callable[[], tuple],
+    tolerance: Tolerance,
+    observe: Callable[..., Any] | None = None,
+    reference_stubs: frozenset[str] = frozenset(),
+) -> None:
+    """`launch(*build())` with your `stub` against the same with the reference's body of it
+    (`reference_stubs`, other stubs of the chapter, are the reference's on both sides)."""
+
+    @functools.wraps(launch)
+    def yours(*args: Any) -> Any:
+        try:
+            return launch(*args)
+        except InterpreterError as error:
+            raise raised_in_the_kernel(error) from None
+
+    def reference(*args: Any) -> Any:
+        with use_reference_stubs(22, only={stub}):
+            return yours(*args)
+
+    with use_reference_stubs(22, only=set(reference_stubs)):
+        found = call_differences(
+            yours, build=build, reference=reference, tolerance=tolerance, observe=observe
+        )
+    if found:
+        path, _, name = stub.partition(":")
+        raise AssertionError(
+            f"{name} (minisgl/{path}) differs from the reference on these inputs:\n  "
+            + "\n  ".join(found)
+        )
+
+
+def dims_of(head_dim: int) -> int:
+    """BLOCK_DIM, as the launchers choose it."""
+    return max(MIN_DOT, triton.next_power_of_2(head_dim))
+
+
+def random_pool(
+    slots: int, kv_heads: int, head_dim: int, dtype: torch.dtype, padded: bool, gen: torch.Generator
+) -> torch.Tensor:
+    """[slots, kv_heads, head_dim] of noise; `padded`: a view with room between heads and
+    between slots, so that a stride taken for a size shows."""
+    extra = (1, 3) if padded else (0, 0)
+    pool = torch.randn(slots, kv_heads + extra[0], head_dim + extra[1], generator=gen)
+    return pool.to(dtype)[:, :kv_heads, :head_dim]
+
+
+# ----- the device functions, through probe kernels ---------------------------------------------
+
+
+@triton.jit
+def load_kv_block_probe(
+    k_cache_ptr,
+    v_cache_ptr,
+    table_row_ptr,
+    pos_ptr,
+    key_ok_ptr,
+    k_out_ptr,
+    v_out_ptr,
+    head_offset,
+    cache_slot_stride,
+    head_dim,
+    BLOCK_N: tl.constexpr,
+    BLOCK_DIM: tl.constexpr,
+):
+    """One program: load_kv_block on the given positions, its K and V tiles stored whole."""
+    keys = tl.arange(0, BLOCK_N)
+    dims = tl.arange(0, BLOCK_DIM)
+    pos = tl.load(pos_ptr + keys)
+    key_ok = tl.load(key_ok_ptr + keys) != 0
+    k, v = paged_attention.load_kv_block(
+        k_cache_ptr,
+        v_cache_ptr,
+        table_row_ptr,
+        pos,
+        key_ok,
+        head_offset,
+        cache_slot_stride,
+        dims,
+        dims < head_dim,
+    )
+    tile = keys[:, None] * BLOCK_DIM + dims[None, :]
+    tl.store(k_out_ptr + tile, k)
+    tl.store(v_out_ptr + tile, v)
+
+
+def probe_load_kv_block(
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    table_row: torch.Tensor,
+    pos: torch.Tensor,
+    key_ok: torch.Tensor,
+    kv_head: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    head_dim = k_cache.shape[2]
+    block_dim = dims_of(head_dim)
+    k_out = torch.full((len(pos), block_dim), 7.0, dtype=k_cache.dtype)
+    v_out = torch.full((len(pos), block_dim), 7.0, dtype=k_cache.dtype)
+    load_kv_block_probe[(1,)](
+        k_cache,
+        v_cache,
+        table_row,
+        pos,
+        key_ok,
+        k_out,
+        v_out,
+        kv_head * k_cache.stride(1),
+        k_cache.stride(0),
+        head_dim,
+        BLOCK_N=len(pos),
+        BLOCK_DIM=block_dim,
+    )
+    return k_out, v_out
+
+
+@settings(max_examples=12)
+@given(
+    kv_heads=st.integers(1, 3),
+    head_dim=st.sampled_from([1, 4, 16, 20]),
+    page_size=st.sampled_from([1, 4, 16]),
+    dtype=st.sampled_from(DTYPES),
+    padded=st.booleans(),
+    block_n=st.sampled_from([16, 32]),
+    start=st.integers(0, 40),
+    end=st.one_of(st.integers(0, 40), st.just(None)),  # None: keys masked at random
+    seed=st.integers(0, 2**16),
+)
+def test_load_kv_block_matches_the_reference(
+    kv_heads, head_dim, page_size, dtype, padded, block_n, start, end, seed
+):
+    """A block of positions from `start`, the keys from `end` on masked (or a random mask),
+    through a paged table row, from any KV head of padded or packed pools; masked keys and
+    the dims past head_dim must load as 0."""
+    gen = torch.Generator().manual_seed(seed)
+    table = paged_table(3, start + block_n, page_size, seed)
+    slots = int(table.max()) + 1 + page_size
+    pos = torch.arange(start, start + block_n, dtype=torch.int32)
+    if end is None:
+        key_ok = torch.randint(0, 2, (block_n,), generator=gen, dtype=torch.int32)
+    else:
+        key_ok = (pos < end).to(torch.int32)
+    kv_head = int(torch.randint(0, kv_heads, (1,), generator=gen))
+    k_cache = random_pool(slots, kv_heads, head_dim, dtype, padded, gen)
+    v_cache = random_pool(slots, kv_heads, head_dim, dtype, padded, gen)
+    assert_same_with_stub(
+        "kernels/paged_attention.py:load_kv_block",
+        probe_load_kv_block,
+        lambda: (k_cache, v_cache, table[1], pos, key_ok, kv_head),  # loads change nothing
+        Tolerance(),  # loads are exact
+    )
+
+
+@triton.jit
+def online_softmax_step_probe(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    allowed_ptr,
+    m_ptr,
+    l_ptr,
+    acc_ptr,
+    sm_scale,
+    ROWS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_DIM: tl.constexpr,
+    PER_ROW: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    """One program: one online_softmax_step on the given tiles and running state, the new
+    state stored back. `allowed` is [ROWS, BLOCK_N] (prefill's causal mask) or, without
+    PER_ROW, [1, BLOCK_N] (decode's keys in the chunk), broadcast."""
+    rows = tl.arange(0, ROWS)
+    keys = tl.arange(0, BLOCK_N)
+    dims = tl.arange(0, BLOCK_DIM)
+    q = tl.load(q_ptr + rows[:, None] * BLOCK_DIM + dims[None, :])
+    k = tl.load(k_ptr + keys[:, None] * BLOCK_DIM + dims[None, :])
+    v = tl.load(v_ptr + keys[:, None] * BLOCK_DIM + dims[None, :])
+    if PER_ROW:
+        allowed = tl.load(allowed_ptr + rows[:, None] * BLOCK_N + keys[None, :]) != 0
+    else:
+        allowed = (tl.load(allowed_ptr + keys) != 0)[None, :]
+    m_i = tl.load(m_ptr + rows)
+    l_i = tl.load(l_ptr + rows)
+    acc = tl.load(acc_ptr + rows[:, None] * BLOCK_DIM + dims[None, :])
+    m_i, l_i, acc = paged_attention.online_softmax_step(
+        q, k, v, allowed, m_i, l_i, acc, sm_scale, DOT_PRECISION
+    )
+    tl.store(m_ptr + rows, m_i)
+    tl.store(l_ptr + rows, l_i)
+    tl.store(acc_ptr + rows[:, None] * BLOCK_DIM + dims[None, :], acc)
+
+
+def probe_online_softmax_step(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    allowed: torch.Tensor,
+    m_i: torch.Tensor,
+    l_i: torch.Tensor,
+    acc: torch.Tensor,
+    sm_scale: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    online_softmax_step_probe[(1,)](
+        q,
+        k,
+        v,
+        allowed,
+        m_i,
+        l_i,
+        acc,
+        sm_scale,
+        ROWS=q.shape[0],
+        BLOCK_N=k.shape[0],
+        BLOCK_DIM=q.shape[1],
+        PER_ROW=allowed.dim() == 2,
+        DOT_PRECISION=paged_attention.dot_precision(q.dtype),
+    )
+    return m_i, l_i, acc
+
+
+@settings(max_examples=12)
+@given(
+    rows=st.sampled_from([16, 32]),
+    block_n=st.sampled_from([16, 32]),
+    head_dim=st.sampled_from([3, 16, 20]),
+    dtype=st.sampled_from(DTYPES),
+    per_row=st.booleans(),
+    first_block=st.booleans(),
+    spread=st.sampled_from([0.5, 4.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_online_softmax_step_matches_the_reference(
+    rows, block_n, head_dim, dtype, per_row, first_block, spread, seed
+):
+    """A block folded into a running softmax: rows seeing their first block (m = -inf, l = 0,
+    acc = 0: each has an allowed key, as the contract asks) or rows half-way through their walk
+    (a running maximum above or below this block's, any keys allowed, none too); the mask
+    per row (prefill) or shared (decode); scores small or spread far apart."""
+    gen = torch.Generator().manual_seed(seed)
+    block_dim = dims_of(head_dim)
+
+    def tile(count: int) -> torch.Tensor:
+        values = torch.zeros(count, block_dim)  # the dims past head_dim are zeros, as loaded
+        values[:, :head_dim] = torch.randn(count, head_dim, generator=gen) * spread
+        return values.to(dtype)
+
+    q, k, v = tile(rows), tile(block_n), tile(block_n)
+    allowed = torch.randint(0, 2, (rows if per_row else 1, block_n), generator=gen)
+    if first_block:
+        allowed[:, 0] = 1  # key 0 of a walk is always allowed
+        m_i = torch.full((rows,), -torch.inf)
+        l_i, acc = torch.zeros(rows), torch.zeros(rows, block_dim)
+    else:
+        m_i = torch.randn(rows, generator=gen) * spread * 2
+        l_i = torch.rand(rows, generator=gen) * 8 + 1
+        acc = torch.randn(rows, block_dim, generator=gen) * l_i[:, None]
+    allowed = allowed.to(torch.int32) if per_row else allowed[0].to(torch.int32)
+    assert_same_with_stub(
+        "kernels/paged_attention.py:online_softmax_step",
+        probe_online_softmax_step,
+        lambda: (q, k, v, allowed, m_i.clone(), l_i.clone(), acc.clone(), head_dim**-0.5),
+        TOLERANCES[dtype],
+    )
+
+
+# ----- the kernels, through the reference's launchers ------------------------------------------
+
+
+@dataclass
+class KernelInputs:
+    """Requests on random rows of a paged table over random pools, and their new tokens' q."""
+
+    q: torch.Tensor  # [tokens, heads, head_dim]
+    k_cache: torch.Tensor
+    v_cache: torch.Tensor
+    table: torch.Tensor
+    rows: torch.Tensor
+    seq_lens: torch.Tensor
+    cached_lens: torch.Tensor
+    qo_indptr: torch.Tensor
+    max_extend_len: int
+
+
+def kernel_inputs(
+    lengths: list[tuple[int, int]],
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    page_size: int,
+    dtype: torch.dtype,
+    padded: bool,
+    seed: int,
+    decode: bool = False,
+) -> KernelInputs:
+    """Inputs for requests of (cached_len, device_len), on distinct rows in another order; q
+    has a row per new token, or with `decode` one per request (a padding row's too)."""
+    gen = torch.Generator().manual_seed(seed)
+    count = len(lengths)
+    rows = torch.randperm(count + 2, generator=gen)[:count].to(torch.int32)
+    table = paged_table(count + 2, max(1, *(device for _, device in lengths)), page_size, seed)
+    slots = int(table.max()) + 1 + page_size
+    extends = [device - cached for cached, device in lengths]
+    tokens = count if decode else sum(extends)
+    q = torch.randn(tokens, heads, head_dim + (5 if padded else 0), generator=gen)
+    as_int32 = lambda values: torch.tensor(values, dtype=torch.int32)  # noqa: E731
+    return KernelInputs(
+        q=q.to(dtype)[:, :, :head_dim],
+        k_cache=random_pool(slots, kv_heads, head_dim, dtype, padded, gen),
+        v_cache=random_pool(slots, kv_heads, head_dim, dtype, padded, gen),
+        table=table,
+        rows=rows,
+        seq_lens=as_int32([device for _, device in lengths]),
+        cached_lens=as_int32([cached for cached, _ in lengths]),
+        qo_indptr=as_int32([0, *torch.tensor(extends).cumsum(0).tolist()]),
+        max_extend_len=max(extends),
+    )
+
+
+ATTENTION_SHAPES = dict(
+    kv_heads=st.integers(1, 2),
+    group=st.integers(1, 2),
+    head_dim=st.sampled_from([4, 16, 20]),
+    page_size=st.sampled_from([1, 4, 16]),
+    dtype=st.sampled_from(DTYPES),
+    padded=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+# Context lengths: none (a graph's padding row), one token, block edges, up to three blocks.
+CONTEXTS = st.one_of(
+    st.integers(0, 3 * SMALL_BLOCK + 1),
+    st.sampled_from([1, SMALL_BLOCK, SMALL_BLOCK + 1, 2 * SMALL_BLOCK]),
+)
+
+
+@settings(max_examples=6)
+@given(
+    seq_lens=st.lists(CONTEXTS, min_size=1, max_size=2),
+    splits=st.integers(1, 4),
+    **ATTENTION_SHAPES,
+)
+def test_decode_kernel_matches_the_reference(
+    seq_lens, splits, kv_heads, group, head_dim, page_size, dtype, padded, seed
+):
+    """The partials of every split (the output normalised over its chunk, the chunk's LSE,
+    zeros and -inf for an empty chunk), the reference's decode_partials launching both
+    kernels. The lanes past head_dim of a partial are the kernel's scratch: not compared."""
+    inputs = kernel_inputs(
+        [(max(n - 1, 0), n) for n in seq_lens],
+        kv_heads * group,
+        kv_heads,
+        head_dim,
+        page_size,
+        dtype,
+        padded,
+        seed,
+        decode=True,
+    )
+    launch = reference_function(paged_attention, "decode_partials")
+    fields = (inputs.q, inputs.k_cache, inputs.v_cache, inputs.table, inputs.rows)
+    assert_same_with_stub(
+        "kernels/paged_attention.py:decode_kernel",
+        launch,
+        lambda: (*fields, inputs.seq_lens, splits, SMALL_DECODE),
+        TOLERANCES[dtype],
+        observe=lambda result, *args: (result[0][..., :head_dim], result[1]),
+    )
+
+
+@settings(max_examples=8)
+@given(
+    batch=st.integers(1, 3),
+    heads=st.integers(1, 3),
+    splits=st.integers(1, 6),
+    head_dim=st.sampled_from([3, 16, 20]),
+    dtype=st.sampled_from(DTYPES),
+    strided_out=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_merge_kernel_matches_the_reference(
+    batch, heads, splits, head_dim, dtype, strided_out, seed
+):
+    """Partials of any split count (a power of two or not), chunks empty (LSE -inf, whatever
+    their output holds) here and there, a request with no keys at all, into an output of any
+    dtype, packed or strided; the reference's merge_partials launching both kernels."""
+    gen = torch.Generator().manual_seed(seed)
+    block_dim = dims_of(head_dim)
+    partial_out = torch.randn(batch, heads, splits, block_dim, generator=gen)
+    partial_lse = torch.randn(batch, heads, splits, generator=gen) * 3
+    empty = torch.rand(batch, heads, splits, generator=gen) < 0.3
+    partial_lse[empty] = -torch.inf
+    partial_lse[0, 0] = -torch.inf  # a row without keys (a graph's padding row)
+    partial_out[partial_lse == -torch.inf] = 1e3  # what an empty chunk holds must not count
+
+    def build() -> tuple:
+        out = torch.full((batch, heads, head_dim + (2 if strided_out else 0)), 7.0, dtype=dtype)
+        return partial_out, partial_lse, out[:, :, :head_dim]  # (a clone would be packed)
+
+    assert_same_with_stub(
+        "kernels/paged_attention.py:merge_kernel",
+        reference_function(paged_attention, "merge_partials"),
+        build,
+        TOLERANCES[dtype],
+    )
+
+
+# (cached_len, extend_len): no prefix, a prefix, extends at and one past a block of queries.
+EXTENDS = st.tuples(
+    st.integers(0, 2 * SMALL_BLOCK + 1),
+    st.one_of(st.integers(1, 2 * SMALL_BLOCK + 1), st.sampled_from([SMALL_BLOCK, SMALL_BLOCK + 1])),
+)
+
+
+@settings(max_examples=6)
+@given(extends=st.lists(EXTENDS, min_size=1, max_size=2), **ATTENTION_SHAPES)
+def test_prefill_kernel_matches_the_reference(
+    extends, kv_heads, group, head_dim, page_size, dtype, padded, seed
+):
+    """Ragged extends after cached prefixes (block edges in both), the reference's
+    prefill_attention launching both kernels with blocks of 16 queries and 16 keys."""
+    inputs = kernel_inputs(
+        [(cached, cached + n) for cached, n in extends],
+        kv_heads * group,
+        kv_heads,
+        head_dim,
+        page_size,
+        dtype,
+        padded,
+        seed,
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(paged_attention, "PREFILL_BLOCK_M", SMALL_BLOCK)
+        patch.setattr(paged_attention, "PREFILL_BLOCK_N", SMALL_BLOCK)
+        assert_same_with_stub(
+            "kernels/paged_attention.py:prefill_kernel",
+            reference_function(paged_attention, "prefill_attention"),
+            lambda: tuple(vars(inputs).values()),
+            TOLERANCES[dtype],
+        )
+
+
+@settings(max_examples=50)
+@given(
+    batch_size=st.one_of(st.integers(1, 40), st.integers(1, 1000)),
+    num_kv_heads=st.integers(1, 16),
+    sm_count=st.integers(1, 200),
+    waves=st.one_of(st.none(), st.integers(1, 4)),
+)
+def test_num_decode_splits_matches_the_reference(batch_size, num_kv_heads, sm_count, waves):
+    """Grids from one program short of the aim to far past it, the cap, and the default waves."""
+    args = (batch_size, num_kv_heads, sm_count) + (() if waves is None else (waves,))
+    assert_same_call(num_decode_splits, *args)
+
+
+# ----- the backend, on the reference's kernels -------------------------------------------------
+
+BACKEND = "attention/triton.py"
+
+
+@st.composite
+def batch_ledgers(draw: st.DrawFn, max_reqs: int = 4) -> tuple[str, list[tuple[int, int, int]]]:
+    """A phase and 1 to max_reqs requests (table row, cached_len, device_len) on distinct rows
+    of 8: decode (one new token each), or prefill (ragged, with and without prefixes, some of
+    one token each)."""
+    phase = draw(st.sampled_from(["prefill", "decode"]))
+    rows = draw(st.permutations(range(8)))[: draw(st.integers(1, max_reqs))]
+    ledgers = []
+    for row in rows:
+        if phase == "decode":
+            device = draw(st.integers(1, 40))
+            ledgers.append((row, device - 1, device))
+        else:
+            cached = draw(st.integers(0, 30))
+            ledgers.append((row, cached, cached + draw(st.integers(1, 20))))
+    return phase, ledgers
+
+
+def backend_over(
+    ledgers: list[tuple[int, int, int]],
+    kv_heads: int,
+    head_dim: int,
+    dtype: torch.dtype,
+    seed: int,
+    sm_count: int = CPU_SM_COUNT,
+) -> TritonAttnBackend:
+    """A backend over a two-layer pool of noise and a paged table of 8 rows."""
+    gen = torch.Generator().manual_seed(seed)
+    row_len = max(device for _, _, device in ledgers) + 1
+    table = paged_table(8, row_len, 4, seed)
+    pool = MHAKVCache(int(table.max()) + 5, 2, kv_heads, head_dim, dtype, torch.device("cpu"))
+    pool._buffer.copy_(torch.randn(pool._buffer.shape, generator=gen))
+    backend = TritonAttnBackend(pool, table, kv_heads)
+    backend.sm_count = sm_count  # the split count follows it
+    return backend
+
+
+class CopyRecorder:
+    """The backend module's host-to-device copies (make_device_tensor), per side."""
+
+    def __init__(self, patch: pytest.MonkeyPatch) -> None:
+        self.sides: list[list[str]] = []
+        real = triton_backend.make_device_tensor
+
+        def copy(data: Any, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+            tensor = real(data, dtype, device)
+            self.sides[-1].append(f"copy of {tensor.numel()} {dtype} values")
+            return tensor
+
+        patch.setattr(triton_backend, "make_device_tensor", copy)
+
+    def side(self) -> None:
+        self.sides.append([])
+
+
+@settings(max_examples=30)
+@given(batch=batch_ledgers(max_reqs=6), sm_count=st.sampled_from([1, 4, 132]))
+def test_prepare_metadata_matches_the_reference(batch, sm_count):
+    """Every metadata field (values, dtypes) and the host-to-device copies, for decode and
+    prefill batches on rows out of order, with split counts from GPUs small and large."""
+    phase, ledgers = batch
+
+    def build() -> tuple:
+        recorder.side()
+        return backend_over(ledgers, 2, 8, torch.float32, 0, sm_count), Batch(
+            make_reqs(ledgers), phase
+        )
+
+    with pytest.MonkeyPatch.context() as patch:
+        recorder = CopyRecorder(patch)
+        found = call_differences(TritonAttnBackend.prepare_metadata, build=build)
+    if recorder.sides[0] != recorder.sides[1]:
+        found.append(f"copies: yours {recorder.sides[0]}, the reference's {recorder.sides[1]}")
+    assert not found, "TritonAttnBackend.prepare_metadata differs:\n  " + "\n  ".join(found)
+
+
+class KernelRecorder:
+    """The launches of paged_attention's kernels (name and grid), per side."""
+
+    def __init__(self, patch: pytest.MonkeyPatch) -> None:
+        self.sides: list[list[str]] = []
+        for name in ("decode_kernel", "merge_kernel", "prefill_kernel"):
+            patch.setattr(paged_attention, name, self.watched(name, getattr(paged_attention, name)))
+
+    def watched(self, name: str, kernel: Any) -> Any:
+        recorder = self
+
+        class Watched:
+            def __getitem__(self, grid: tuple[int, ...]) -> Any:
+                recorder.sides[-1].append(f"{name} on grid {tuple(grid)}")
+                return kernel[grid]
+
+        return Watched()
+
+    def side(self) -> None:
+        self.sides.append([])
+
+
+@settings(max_examples=6)
+@given(
+    batch=batch_ledgers(max_reqs=2),
+    layer_id=st.integers(0, 1),
+    kv_heads=st.integers(1, 2),
+    group=st.integers(1, 2),
+    dtype=st.sampled_from(DTYPES),
+    graph_rows=st.integers(0, 2),
+    seed=st.integers(0, 2**16),
+)
+def test_forward_matches_the_reference(batch, layer_id, kv_heads, group, dtype, graph_rows, seed):
+    """A layer's attention, the reference's kernels below: the output, the pool after (the
+    new K/V stored in this layer only) and the kernels launched (names, grids). A decode batch
+    may come as a graph's, with `graph_rows` padding rows of no keys (prepare_for_graph's
+    metadata)."""
+    phase, ledgers = batch
+    head_dim = 8
+    heads = kv_heads * group
+    graph = phase == "decode" and graph_rows > 0
+
+    def build() -> tuple:
+        gen = torch.Generator().manual_seed(seed)
+        backend = backend_over(ledgers, kv_heads, head_dim, dtype, seed)
+        reqs = make_reqs(ledgers)
+        step = Batch(reqs, phase)
+        slots = [backend.page_table[r.table_idx, r.cached_len : r.device_len] for r in reqs]
+        pad = [torch.tensor([backend.kv_cache.num_slots - 1], dtype=torch.int32)] * graph_rows
+        step.out_loc = torch.cat(slots + (pad if graph else []))
+        if graph:
+            backend.init_cuda_graph(len(reqs) + graph_rows)
+            reference_function(TritonAttnBackend, "prepare_for_graph")(
+                backend, step, len(reqs) + graph_rows, 0
+            )
+        else:
+            reference_function(TritonAttnBackend, "prepare_metadata")(backend, step)
+        tokens = len(step.out_loc)
+        q = torch.randn(tokens, heads, head_dim, generator=gen).to(dtype)
+        k, v = (torch.randn(tokens, kv_heads, head_dim, generator=gen).to(dtype) for _ in "kv")
+        kernels.side()
+        return backend, q, k, v, layer_id, step
+
+    # The kernels are the reference's while the recorder watches them (it is undone first).
+    with use_reference_stubs(22, only=KERNEL_STUBS), pytest.MonkeyPatch.context() as patch:
+        kernels = KernelRecorder(patch)
+        found = call_differences(
+            TritonAttnBackend.forward,
+            build=build,
+            tolerance=TOLERANCES[dtype],
+            observe=lambda out, backend, *args: (out, backend.kv_cache._buffer),
+        )
+    if kernels.sides[0] != kernels.sides[1]:
+        found.append(f"launches: yours {kernels.sides[0]}, the reference's {kernels.sides[1]}")
+    assert not found, "TritonAttnBackend.forward differs:\n  " + "\n  ".join(found)
+
+
+def graph_views(backend: TritonAttnBackend, meta: Any) -> dict[str, str]:
+    """Which fixed buffer (and where in it) each metadata tensor is a view of."""
+    buffers = {
+        "_graph_batch": backend._graph_batch,
+        "_graph_indptr": backend._graph_indptr,
+        "_graph_rows": backend._graph_rows,
+    }
+    views = {}
+    for name, value in vars(meta).items():
+        if isinstance(value, torch.Tensor):
+            ptr = value.untyped_storage().data_ptr()
+            owner = [b for b, t in buffers.items() if t.untyped_storage().data_ptr() == ptr]
+            where = f"offset {value.storage_offset()}, strides {value.stride()}"
+            views[name] = f"a view of {owner[0]} at {where}" if owner else "not a fixed buffer"
+    return views
+
+
+@st.composite
+def graph_batches(draw: st.DrawFn) -> tuple[int, int, list[tuple[int, int, int]]]:
+    """init_cuda_graph's size (1 to 8), a graph's rows (up to it), and a decode batch of 0 up
+    to that many requests on rows out of order."""
+    max_batch = draw(st.integers(1, 8))
+    graph_batch_size = draw(st.integers(1, max_batch))
+    count = draw(st.integers(0, graph_batch_size))
+    rows = draw(st.permutations(range(8)))[:count]
+    return (
+        max_batch,
+        graph_batch_size,
+        [(row, n - 1, n) for row in rows for n in [draw(st.integers(1, 40))]],
+    )
+
+
+@settings(max_examples=30)
+@given(graph=graph_batches(), sm_count=st.sampled_from([1, 4, 132]), pad_page=st.integers(0, 3))
+def test_prepare_for_graph_matches_the_reference(graph, sm_count, pad_page):
+    """A batch written into the fixed buffers of a graph of its size or larger (padding rows),
+    over what an earlier batch left there: the buffers' values after, the metadata (values,
+    split count), and which fixed buffer each of its tensors is a view of."""
+    max_batch, graph_batch_size, ledgers = graph
+
+    def build() -> tuple:
+        backend = backend_over(ledgers or [(0, 0, 1)], 2, 8, torch.float32, 0, sm_count)
+        backend.init_cuda_graph(max_batch)
+        earlier = torch.randint(
+            1, 50, backend._graph_batch.shape, generator=torch.Generator().manual_seed(1)
+        )
+        backend._graph_batch.copy_(earlier)
+        return backend, Batch(make_reqs(ledgers), "decode"), graph_batch_size, pad_page
+
+    def observe(result: Any, backend: TritonAttnBackend, batch: Batch, *_: Any) -> tuple:
+        meta = batch.attn_metadata
+        return result, backend._graph_batch, meta, graph_views(backend, meta)
+
+    assert_same_call(TritonAttnBackend.prepare_for_graph, build=build, observe=observe)

@@ -14,9 +14,12 @@ right; and two tensor-parallel ranks take the same decisions.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import random
+from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,16 +27,22 @@ import torch
 from conftest import (
     SMOLLM2,
     TINY_MODELS,
+    assert_same_trace,
     encode,
     greedy,
     hf_greedy_cached,
     require_model,
     random_prompts,
     run_prompts,
+    scheduler_trace,
 )
+from course.differential import assert_same_call, use_reference_stubs
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from minisgl.core import Req, SamplingParams
 from minisgl.scheduler import Scheduler, SchedulerConfig
+from minisgl.scheduler.mixed import MixedPolicy
 from minisgl.scheduler.prefill import ChunkedReq, PrefillAdder
 from minisgl.scheduler.preempt import (
     OptimisticAdder,
@@ -481,3 +490,500 @@ def test_two_tensor_parallel_ranks_preempt_alike_and_match_one_process() -> None
     assert status.integrity_ok
     for p, out in zip(prompts, outputs):
         assert out["token_ids"] == hf_greedy_cached(QWEN3, p, 12)
+
+
+# --- every stub against the reference (tools/course/differential.py) ---------------------------
+# The same generated inputs go to your stub and to the reference's body of it (compiled into
+# your module, so it sees your other code): return values, changes to the arguments and to
+# self, and exceptions must match. The preemptor's and the mixed policy's stubs run on
+# scheduler states taken from real runs (tight pools, chunked prompts, preemptions under way),
+# copied into a scheduler without an engine: its managers and `release`, all that they use.
+# Then whole runs: every batch, token, preemption, the running and waiting sets and the free
+# pages, step by step, yours against the chapter's reference stubs.
+
+PAGE_SIZES = st.sampled_from([1, 2, 4, 16])
+
+
+def ledger_reqs(specs: list[tuple[int, int]], first_uid: int = 0) -> list[Req]:
+    """Requests of (device_len, cached_len as a share of it: 0 none, 1 all but the last)."""
+    reqs = []
+    for i, (device_len, share) in enumerate(specs):
+        cached = min(device_len - 1, int(share * device_len))
+        reqs.append(ledger(device_len, cached, uid=first_uid + i))
+    return reqs
+
+
+@settings(max_examples=50)
+@given(
+    specs=st.lists(st.tuples(st.integers(1, 40), st.sampled_from([0, 0.3, 0.7, 1])), max_size=6),
+    page_size=PAGE_SIZES,
+)
+def test_pages_needed_matches_the_reference(specs, page_size):
+    """Prompts and decoding requests, cached prefixes ending at, inside and one past a page."""
+    assert_same_call(pages_needed, build=lambda: (ledger_reqs(specs), page_size))
+
+
+@settings(max_examples=40)
+@given(
+    prompt_len=st.integers(1, 12),
+    generated=st.integers(0, 6),
+    in_flight=st.booleans(),
+    max_tokens=st.integers(1, 10),
+    seed=st.one_of(st.none(), st.integers(0, 9)),
+)
+def test_resume_matches_the_reference(prompt_len, generated, in_flight, max_tokens, seed):
+    """Requests fresh, part-decoded, at max_tokens, with a token still in flight (not on the
+    host yet), greedy or seeded."""
+
+    def build() -> tuple[Req]:
+        params = SamplingParams(
+            max_tokens=max_tokens, temperature=0.0 if seed is None else 1.0, seed=seed
+        )
+        req = Req(torch.arange(7, 7 + prompt_len, dtype=torch.int32), 3, 0, max_tokens, 42, params)
+        for token in range(min(generated, max_tokens - 1)):
+            req.complete_one()
+            req.append_host(100 + token)
+        if in_flight and req.can_decode:
+            req.complete_one()
+        return (req,)
+
+    assert_same_call(resume, build=build)
+
+
+def managers(page_size: int, free_pages: int = 64, rows: int = 8) -> tuple[Any, Any, Any]:
+    """A cache manager of a naive cache, a table manager and a decode manager, empty."""
+    from minisgl.scheduler.cache import CacheManager, create_prefix_cache
+    from minisgl.scheduler.decode import DecodeManager
+    from minisgl.scheduler.table import TableManager
+
+    table = torch.zeros(rows, 256, dtype=torch.int32)
+    prefix = create_prefix_cache("naive", torch.device("cpu"), page_size)
+    cache = CacheManager(free_pages, page_size, table, prefix)
+    return cache, TableManager(rows, table), DecodeManager(page_size)
+
+
+def pending(uid: int, prompt_len: int, max_tokens: int, resumed: bool) -> PendingReq:
+    ids = torch.arange(10, 10 + prompt_len, dtype=torch.int32)
+    if resumed:
+        return ResumedReq(uid, ids, greedy(max_tokens + 3), remaining=max_tokens)
+    return PendingReq(uid, ids, greedy(max_tokens))
+
+
+@settings(max_examples=50)
+@given(
+    prompt_len=st.integers(1, 40),
+    max_tokens=st.integers(1, 30),
+    resumed=st.booleans(),
+    cached=st.floats(0, 1),
+    page_size=PAGE_SIZES,
+)
+def test_worst_case_tokens_matches_the_reference(
+    prompt_len, max_tokens, resumed, cached, page_size
+):
+    """Fresh and resumed requests, nothing to all but the last prompt token cached."""
+
+    def build() -> tuple:
+        cache, table, _ = managers(page_size)
+        adder = OptimisticAdder(cache, table, 64, 0)
+        request = pending(0, prompt_len, max_tokens, resumed)
+        return adder, request, min(prompt_len - 1, int(cached * prompt_len))
+
+    assert_same_call(OptimisticAdder.worst_case_tokens, build=build)
+
+
+QUEUES = st.lists(st.tuples(st.integers(1, 30), st.integers(1, 20), st.booleans()), max_size=4)
+
+
+def queued_manager(
+    queue: list[tuple[int, int, bool]], head_chunked: bool, running: list, page_size: int
+) -> OptimisticPrefillManager:
+    """A queue of fresh and resumed requests, its head half-way through its chunks or not,
+    beside running requests."""
+    cache, table, decode = managers(page_size)
+    manager = OptimisticPrefillManager(cache, table, decode)
+    manager.pending_list = [pending(50 + i, *entry) for i, entry in enumerate(queue)]
+    if head_chunked and manager.pending_list:
+        head = manager.pending_list[0]
+        chunk_len = max(1, head.input_len // 2)
+        head.chunked_req = ChunkedReq(
+            head.input_ids[:chunk_len], 7, 0, 1, head.uid, head.sampling_params
+        )
+    decode.running_reqs = {req.uid: req for req in ledger_reqs(running)}
+    return manager
+
+
+MANAGER_INPUTS = dict(
+    queue=QUEUES,
+    head_chunked=st.booleans(),
+    running=st.lists(st.tuples(st.integers(1, 30), st.sampled_from([0.5, 1])), max_size=4),
+    page_size=PAGE_SIZES,
+)
+
+
+@settings(max_examples=40)
+@given(**MANAGER_INPUTS, budget=st.integers(1, 64))
+def test_new_adder_matches_the_reference(queue, head_chunked, running, page_size, budget):
+    """An empty queue, a fresh or a resumed request (or a chunked one) at its head, 0 to 4
+    running requests: the adder's type and every field."""
+    assert_same_call(
+        OptimisticPrefillManager.new_adder,
+        build=lambda: (queued_manager(queue, head_chunked, running, page_size), budget),
+    )
+
+
+@settings(max_examples=40)
+@given(**MANAGER_INPUTS)
+def test_requeue_matches_the_reference(queue, head_chunked, running, page_size):
+    """Into an empty queue, in front of a fresh head, behind a head half-way through its
+    chunks."""
+    assert_same_call(
+        OptimisticPrefillManager.requeue,
+        build=lambda: (
+            queued_manager(queue, head_chunked, running, page_size),
+            pending(99, 5, 4, resumed=True),
+        ),
+    )
+
+
+# Scheduler states from real runs: name -> (config overrides, the requests' max_tokens).
+STATE_RUNS = {
+    "optimistic mixed radix overlap": (
+        dict(
+            admission="optimistic",
+            mixed_batches=True,
+            cache_type="radix",
+            enable_overlap=True,
+            page_size=2,
+            num_pages=28,
+            max_extend_tokens=10,
+        ),
+        14,
+    ),
+    "optimistic naive": (
+        dict(admission="optimistic", page_size=1, num_pages=44, max_extend_tokens=8),
+        12,
+    ),
+    "conservative mixed": (
+        dict(
+            mixed_batches=True, cache_type="radix", page_size=4, num_pages=40, max_extend_tokens=12
+        ),
+        10,
+    ),
+}
+# What a preemptor and a mixed policy use of a scheduler (`release` reads the first five).
+LIGHT_FIELDS = (
+    "decode_manager",
+    "table_manager",
+    "cache_manager",
+    "overlap",
+    "finished_reqs",
+    "prefill_manager",
+    "config",
+    "eos_token_ids",
+    "stats",
+)
+
+
+class Released(list):
+    """The scheduler's `finished_reqs` in a copy: a list with set's `add`, so that both sides'
+    requests compare by their state, in the order they were released (a set of requests
+    compares only by identity)."""
+
+    def add(self, req: Req) -> None:
+        if not any(r is req for r in self):
+            self.append(req)
+
+
+@dataclass
+class SchedulerState:
+    """A scheduler's state before one of its steps, deep-copied; its preemptor's too."""
+
+    run: str
+    fields: dict[str, Any]
+    protected: set[int]
+    preemptions: int
+    optimistic: bool
+
+    def __repr__(self) -> str:
+        queue = [p.uid for p in self.fields["prefill_manager"].pending_list]
+        running = list(self.fields["decode_manager"].running_reqs)
+        return f"<a state of run {self.run!r}: running {running}, waiting {queue}>"
+
+    def scheduler(self) -> Scheduler:
+        """A fresh copy of the state as a scheduler without an engine. The radix cache's
+        clock restarts, so that both sides stamp the same accesses alike."""
+        from minisgl.kvcache import radix_cache
+
+        radix_cache._clock = itertools.count(10**6)
+        light = Scheduler.__new__(Scheduler)
+        vars(light).update(copy.deepcopy(self.fields))
+        light.finished_reqs = Released(sorted(light.finished_reqs, key=lambda r: r.uid))
+        light._last_data = None
+        return light
+
+    def preemptor(self) -> Preemptor:
+        scheduler = self.scheduler()
+        preemptor = Preemptor(scheduler, scheduler.prefill_manager)
+        preemptor.protected, preemptor.preemptions = set(self.protected), self.preemptions
+        return preemptor
+
+
+class States(list):
+    def __repr__(self) -> str:
+        return f"<{len(self)} scheduler states of STATE_RUNS>"
+
+
+@pytest.fixture(scope="module")
+def states() -> Iterator[States]:
+    """Every state before a step of three runs: nine requests, three of long prompts that are
+    chunked, on pools that force preemptions (optimistic admission) or not (conservative).
+    The runs are the reference's: the states are inputs, the same whatever your code does."""
+    from minisgl.kvcache import radix_cache
+
+    clock = radix_cache._clock
+    found = States()
+    for run, (overrides, max_tokens) in STATE_RUNS.items():
+        with use_reference_stubs(23):
+            found += states_of_run(run, overrides, max_tokens)
+    yield found
+    radix_cache._clock = clock
+
+
+def states_of_run(run: str, overrides: dict[str, Any], max_tokens: int) -> list[SchedulerState]:
+    """A copy of the scheduler's state before each step of one run."""
+    scheduler = make_scheduler(**overrides)
+    preemptor = scheduler.policy.preemptor
+    prompts = random_prompts(23, 6, longest=10) + random_prompts(24, 3, shortest=20, longest=30)
+    for i, prompt in enumerate(prompts):
+        scheduler.add_request(prompt, greedy(max_tokens - i % 3))
+    found = []
+    while scheduler.has_work:
+        fields = copy.deepcopy({name: vars(scheduler)[name] for name in LIGHT_FIELDS})
+        protected = set(preemptor.protected) if preemptor else set()
+        count = preemptor.preemptions if preemptor else 0
+        found.append(SchedulerState(run, fields, protected, count, preemptor is not None))
+        scheduler.step()
+    return found
+
+
+def optimistic(states: list[SchedulerState]) -> list[SchedulerState]:
+    return [s for s in states if s.optimistic]
+
+
+# Which of the running and waiting requests (in that order) get protected besides those the
+# run protected: about one in four.
+PROTECTIONS = st.lists(st.integers(0, 3), min_size=32, max_size=32)
+
+
+def protect(preemptor: Preemptor, draws: list[int]) -> None:
+    scheduler = preemptor.scheduler
+    uids = list(scheduler.decode_manager.running_reqs)
+    uids += [p.uid for p in scheduler.prefill_manager.pending_list]
+    preemptor.protected |= {uid for uid, draw in zip(uids, draws) if draw == 0}
+
+
+@settings(max_examples=40)
+@given(data=st.data())
+def test_victim_matches_the_reference(states, data):
+    """Any sublist of the running requests (in admission order), a chunk at the queue's head
+    or not, any of them protected."""
+    state = data.draw(st.sampled_from(optimistic(states)))
+    keep = data.draw(st.lists(st.booleans(), min_size=16, max_size=16))
+    protections = data.draw(PROTECTIONS)
+
+    def build() -> tuple:
+        preemptor = state.preemptor()
+        protect(preemptor, protections)
+        running = list(preemptor.scheduler.decode_manager.running_reqs.values())
+        return preemptor, [req for req, kept in zip(running, keep) if kept]
+
+    assert_same_call(Preemptor.victim, build=build)
+
+
+@settings(max_examples=30)
+@given(data=st.data())
+def test_preempt_matches_the_reference(states, data):
+    """A running request (with a step in flight, under overlap) or the queue head's chunk:
+    the whole scheduler state after (running set, rows, pages and prefix cache, the queue),
+    the preemptor's protected uids and count."""
+    state = data.draw(
+        st.sampled_from(
+            [
+                s
+                for s in optimistic(states)
+                if s.fields["decode_manager"].running_reqs or chunk_of(s)
+            ]
+        )
+    )
+    which = data.draw(st.integers(0, 16))
+
+    def build() -> tuple:
+        preemptor = state.preemptor()
+        scheduler = preemptor.scheduler
+        candidates = list(scheduler.decode_manager.running_reqs.values())
+        pending_list = scheduler.prefill_manager.pending_list
+        if pending_list and pending_list[0].chunked_req is not None:
+            candidates.append(pending_list[0].chunked_req)
+        return preemptor, candidates[which % len(candidates)]
+
+    assert_same_call(Preemptor.preempt, build=build)
+
+
+def chunk_of(state: SchedulerState) -> ChunkedReq | None:
+    queue = state.fields["prefill_manager"].pending_list
+    return queue[0].chunked_req if queue else None
+
+
+@settings(max_examples=40)
+@given(data=st.data())
+def test_make_room_matches_the_reference(states, data):
+    """The running requests' decode step on a pool cut to 0 pages up to what it has: room
+    enough, room exactly, one or more victims, and no victim left (RuntimeError)."""
+    state = data.draw(st.sampled_from(optimistic(states)))
+    free = data.draw(st.integers(0, 6))
+    protections = data.draw(PROTECTIONS)
+
+    def build() -> tuple:
+        preemptor = state.preemptor()
+        protect(preemptor, protections)
+        cache = preemptor.scheduler.cache_manager
+        cache.free_slots = cache.free_slots[:free]
+        return preemptor, list(preemptor.scheduler.decode_manager.running_reqs.values())
+
+    assert_same_call(Preemptor.make_room, build=build)
+
+
+@settings(max_examples=40)
+@given(data=st.data())
+def test_mixed_batch_matches_the_reference(states, data):
+    """Every state of the three runs (with and without a preemptor), budgets from one token
+    per running request up, pools cut short: the batch (phase, requests and their ledgers)
+    and the scheduler after (admissions, preemptions)."""
+    state = data.draw(st.sampled_from(states))
+    spare = data.draw(st.integers(0, 16))  # budget left after a token per running request
+    free = data.draw(st.one_of(st.none(), st.integers(0, 8)))
+
+    def build() -> tuple:
+        if state.optimistic:
+            preemptor = state.preemptor()
+            scheduler = preemptor.scheduler
+        else:
+            preemptor, scheduler = None, state.scheduler()
+        running = len(scheduler.decode_manager.running_reqs)
+        scheduler.config.max_extend_tokens = running + spare
+        if free is not None:
+            scheduler.cache_manager.free_slots = scheduler.cache_manager.free_slots[:free]
+        return (MixedPolicy(scheduler, scheduler, preemptor, mixed=True),)
+
+    assert_same_call(MixedPolicy.mixed_batch, build=build)
+
+
+TRACE_MODES = {
+    # (config overrides, seed): mixed or not, optimistic or conservative, pools a fraction of
+    # the worst cases (each preempts once or twice, a chunk too), chunk budgets that split the
+    # long prompts, overlap on and off
+    "mixed, optimistic, radix, overlap": (
+        dict(
+            mixed_batches=True,
+            admission="optimistic",
+            cache_type="radix",
+            enable_overlap=True,
+            page_size=2,
+            num_pages=22,
+            max_extend_tokens=12,
+        ),
+        0,
+    ),
+    "optimistic, naive, page 1": (
+        dict(admission="optimistic", page_size=1, num_pages=34, max_extend_tokens=8),
+        1,
+    ),
+    "mixed, optimistic, a small budget": (
+        dict(
+            mixed_batches=True,
+            admission="optimistic",
+            page_size=4,
+            num_pages=11,
+            max_extend_tokens=6,
+            max_running_req=4,
+        ),
+        2,
+    ),
+    "optimistic, radix, overlap, a chunk preempted": (
+        dict(
+            admission="optimistic",
+            cache_type="radix",
+            enable_overlap=True,
+            page_size=1,
+            num_pages=42,
+            max_extend_tokens=10,
+        ),
+        4,
+    ),
+    "mixed, conservative, overlap": (
+        dict(
+            mixed_batches=True,
+            cache_type="radix",
+            enable_overlap=True,
+            page_size=4,
+            num_pages=40,
+            max_extend_tokens=16,
+        ),
+        3,
+    ),
+}
+
+
+def trace_with_preemptions(overrides: dict[str, Any], seed: int) -> list[str]:
+    """scheduler_trace of eight requests (some stop at EOS, three have long prompts), with
+    each preemption (who, and whether running or a chunk) in the step it happened."""
+    scheduler = make_scheduler(**overrides)
+    scheduler.eos_token_ids |= {11, 12, 13}  # ids the tiny model samples now and then
+    rng = random.Random(seed)
+    prompts = random_prompts(seed, 5, longest=12) + random_prompts(
+        seed + 9, 3, shortest=16, longest=30
+    )
+    requests = [
+        (p, SamplingParams(max_tokens=rng.randint(2, 16), ignore_eos=rng.random() < 0.7))
+        for p in prompts
+    ]
+    step_count = 0
+    preemptions: list[tuple[int, str]] = []
+    step = scheduler.step
+
+    def counted_step() -> list:
+        nonlocal step_count
+        step_count += 1
+        return step()
+
+    scheduler.step = counted_step
+    preemptor = getattr(scheduler.policy, "preemptor", None)
+    if preemptor is not None:
+        preempt = preemptor.preempt
+
+        def recorded(req: Req) -> None:
+            what = "chunk" if isinstance(req, ChunkedReq) else "running request"
+            preemptions.append((step_count, f"preempted {what} {req.uid}"))
+            preempt(req)
+
+        preemptor.preempt = recorded
+    events = scheduler_trace(scheduler, requests)
+    for when, event in reversed(preemptions):  # before the first event of its step
+        first = next(
+            (i for i, e in enumerate(events) if e.startswith(f"step {when}:")), len(events)
+        )
+        events.insert(first, f"step {when}: {event}")
+    if preemptor is not None:
+        events.append(
+            f"{preemptor.preemptions} preemptions; protected {sorted(preemptor.protected)}"
+        )
+    return events
+
+
+@pytest.mark.parametrize("mode", list(TRACE_MODES))
+def test_the_scheduler_runs_a_workload_as_the_reference_does(mode):
+    """Every stub in the loop: the batches (phase, requests with their ledgers and rows,
+    input ids, positions, KV slots), the tokens, each preemption, the running and waiting
+    sets and the free pages after each step, as with the chapter's reference code."""
+    overrides, seed = TRACE_MODES[mode]
+    assert_same_trace(23, lambda: trace_with_preemptions(overrides, seed), mode)

@@ -14,7 +14,12 @@ tensor-parallel ranks.
 
 from __future__ import annotations
 
+import copy
+import itertools
 import random
+import types
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,21 +28,31 @@ import torch
 from conftest import (
     SMOLLM2,
     TINY_MODELS,
+    assert_same_trace,
     greedy,
     hf_greedy_cached,
     load_tokenizer,
     require_model,
     random_prompts,
     run_prompts,
+    scheduler_trace,
 )
+from course.differential import assert_same_call, call_differences, reference_function
+from course.differential import use_reference_stubs
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from minisgl.core import Batch, Req, SamplingParams
+from minisgl.engine import ForwardOutput
+from minisgl.engine.graph import GraphRunner
 from minisgl.scheduler import Scheduler, SchedulerConfig
 from minisgl.scheduler.cache import CacheManager, create_prefix_cache
-from minisgl.scheduler.scheduler import PolicyLayer, StepPolicy
+from minisgl.scheduler.scheduler import ForwardInput, PolicyLayer, StepPolicy
+from minisgl.scheduler.utils import TokenOutput
 from minisgl.speculative import policy as policy_module
 from minisgl.speculative.ngram import propose_drafts
-from minisgl.speculative.policy import SpeculativeDecoder, VerifyBatch
+from minisgl.speculative import verify as verify_module
+from minisgl.speculative.policy import SpeculativeDecoder, VerifyBatch, verifiable
 from minisgl.speculative.verify import accepted_length, roll_back
 from minisgl.utils import div_ceil
 
@@ -504,3 +519,457 @@ def test_with_decode_graphs_a_verify_step_runs_as_rows_that_fit_a_graph_with_the
     assert any(n <= 3 and rows == 4 * n for _, rows, n in layouts), "k = 3 when they fit"
     replays = {n: g.replays for n, g in scheduler.engine.runner.graphs.items()}
     assert sum(replays.values()) >= sum(1 for phase, _, _ in layouts if phase == "decode")
+
+
+# --- every stub against the reference (tools/course/differential.py) ---------------------------
+# The same generated inputs go to your stub and to the reference's body of it (compiled into
+# your module, so it sees your other code): return values, changes to the arguments and to
+# self, and exceptions must match. The policy's stubs run on scheduler states taken from real
+# runs with drafts on (greedy and sampled requests, a tight pool, a radix cache), copied into a
+# scheduler without an engine: its managers and the methods a policy calls (`append_tokens`,
+# `release`), and an engine that stands in for the runner (CUDA graphs of some size, or none)
+# and for the forward. Then whole runs: every batch (with its drafts in the input ids), token,
+# the running and waiting sets, the free pages and the drafter's counts, step by step, yours
+# against the chapter's reference stubs.
+
+
+@settings(max_examples=60)
+@given(
+    tokens=st.lists(st.integers(0, 3), min_size=1, max_size=24),
+    k=st.integers(0, 6),
+    min_n=st.integers(1, 3),
+    longer=st.integers(0, 3),
+    dtype=st.sampled_from([torch.int32, torch.int64]),
+)
+def test_propose_drafts_matches_the_reference(tokens, k, min_n, longer, dtype):
+    """Sequences of a small alphabet (matches of every n, near the end, none), k from 0,
+    n-gram sizes past the sequence's length."""
+    assert_same_call(propose_drafts, torch.tensor(tokens, dtype=dtype), k, min_n + longer, min_n)
+
+
+@settings(max_examples=50)
+@given(
+    drafts=st.lists(st.integers(0, 3), max_size=6),
+    agree=st.integers(0, 6),
+    rest=st.lists(st.integers(0, 3), min_size=7, max_size=7),
+)
+def test_accepted_length_matches_the_reference(drafts, agree, rest):
+    """Choices that agree with the drafts for a while, then anything (agreeing again too)."""
+    choices = (drafts[:agree] + rest)[: len(drafts) + 1]
+    assert_same_call(accepted_length, drafts, choices)
+
+
+def rolled_back_in_a_region(roll: Any) -> Any:
+    """`roll` inside a lazy_free_region (as settle_batch calls it), returning the free list
+    as it is inside the region: freed pages must wait for the region's end."""
+
+    def run(cache: CacheManager, req: Req, seq_len: int, lazy: bool) -> list[int]:
+        if not lazy:
+            roll(cache, req, seq_len)
+            return cache.free_slots.tolist()
+        with cache.lazy_free_region():
+            roll(cache, req, seq_len)
+            return cache.free_slots.tolist()
+
+    return run
+
+
+@settings(max_examples=50)
+@given(
+    cached=st.integers(0, 20),
+    drafts=st.integers(0, 6),
+    accepted=st.integers(0, 6),
+    page_size=st.sampled_from([1, 2, 4]),
+    lazy=st.booleans(),
+)
+def test_roll_back_matches_the_reference(cached, drafts, accepted, page_size, lazy):
+    """A request verified with 0 to 6 drafts, of which any number were kept (all: nothing to
+    free), cached prefixes ending at, inside and one past a page, inside a lazy region or not:
+    its ledger, and the free list inside the region and after."""
+    accepted = min(accepted, drafts)
+
+    def build() -> tuple:
+        table = torch.arange(4 * 64, dtype=torch.int32).view(4, 64)
+        prefix = create_prefix_cache("naive", torch.device("cpu"), page_size)
+        cache = CacheManager(48 // page_size, page_size, table, prefix)
+        req = Req(torch.arange(10, 11 + cached, dtype=torch.int32), 2, 0, 30, 0, greedy(30))
+        req.device_len += drafts  # the last token and its drafts, as draft leaves them
+        cache.allocate_paged([req])
+        req.cached_len = cached
+        for token in range(accepted + 1):  # what settle_batch appends
+            req.append_host(50 + token)
+        return cache, req, len(req.input_ids), lazy
+
+    call = call_differences(
+        rolled_back_in_a_region(roll_back),
+        build=build,
+        reference=rolled_back_in_a_region(reference_function(verify_module, "roll_back")),
+    )
+    assert not call, "roll_back differs from the reference:\n  " + "\n  ".join(call)
+
+
+class OtherParams(SamplingParams):
+    """A later chapter's parameters (a grammar's, say): a subclass of SamplingParams."""
+
+
+@settings(max_examples=40)
+@given(
+    temperature=st.sampled_from([0.0, 0.7]),
+    top_k=st.sampled_from([-1, 1, 5]),
+    subclass=st.booleans(),
+)
+def test_verifiable_matches_the_reference(temperature, top_k, subclass):
+    """Greedy by temperature or by top_k = 1, sampled, plain parameters or a subclass."""
+    kind = OtherParams if subclass else SamplingParams
+    params = kind(temperature=temperature, top_k=top_k, max_tokens=8)
+    assert_same_call(verifiable, Req(torch.tensor([1, 2], dtype=torch.int32), 0, 0, 8, 0, params))
+
+
+# Scheduler states from real runs: (config overrides, prompts' seed, sampled requests).
+DECODER_RUNS = {
+    "greedy, naive, k 4": (dict(page_size=2, speculative_tokens=4, num_pages=128), 31, False),
+    "sampled among greedy, radix, k 3": (
+        dict(cache_type="radix", page_size=4, speculative_tokens=3, max_extend_tokens=16),
+        32,
+        True,
+    ),
+    "optimistic, a tight pool, page 1": (
+        dict(admission="optimistic", page_size=1, num_pages=72, speculative_tokens=4),
+        33,
+        False,
+    ),
+}
+LIGHT_FIELDS = (
+    "decode_manager",
+    "table_manager",
+    "cache_manager",
+    "overlap",
+    "finished_reqs",
+    "prefill_manager",
+    "config",
+    "eos_token_ids",
+    "stats",
+    "_last_phase",
+    "pending_aborts",
+)
+
+
+def decoder_requests(seed: int, sampled: bool) -> list[tuple[list[int], SamplingParams]]:
+    """Eight requests of phrases said over (ids 10 to 19: the drafter finds matches), half of
+    them stopping at end-of-sequence; with `sampled`, one sampled and one of OtherParams
+    among them (which keep the batch from being verified while they run)."""
+    rng = random.Random(seed)
+    requests = []
+    for i in range(8):
+        phrase = [rng.randrange(10, 20) for _ in range(rng.randint(2, 5))]
+        max_tokens, ignore_eos = rng.randint(2, 14), rng.random() < 0.5
+        params = SamplingParams(max_tokens=max_tokens, ignore_eos=ignore_eos)
+        if sampled and i == 3:
+            params = SamplingParams(temperature=1.0, seed=5, max_tokens=3, ignore_eos=True)
+        if sampled and i == 6:
+            params = OtherParams(max_tokens=3, ignore_eos=True)
+        requests.append((phrase * rng.randint(1, 4), params))
+    return requests
+
+
+class Released(list):
+    """The scheduler's `finished_reqs` in a copy: a list with set's `add`, so that both sides'
+    requests compare by their state (a set of requests compares only by identity)."""
+
+    def add(self, req: Req) -> None:
+        if not any(r is req for r in self):
+            self.append(req)
+
+
+@dataclass
+class FakeEngine:
+    """What a policy reads of the engine: the runner (a GraphRunner of `graph_rows` or not),
+    and a forward that records what it was given and returns token ids 100, 101, ..."""
+
+    graph_rows: int | None = None
+    forwards: list[str] = field(default_factory=list)
+
+    @property
+    def runner(self) -> Any:
+        if self.graph_rows is None:
+            return object()
+        runner = GraphRunner.__new__(GraphRunner)
+        runner.max_batch_size = self.graph_rows
+        return runner
+
+    def forward_batch(self, batch: Batch, sample_args: Any) -> ForwardOutput:
+        meta = batch.attn_metadata
+        self.forwards.append(
+            f"{batch.phase} forward of {batch.input_ids.tolist()}, last indices "
+            f"{meta.last_indices.tolist()} ({meta.last_indices.dtype}), {sample_args}"
+        )
+        tokens = torch.arange(100, 100 + len(meta.last_indices))
+        return ForwardOutput(tokens, tokens.clone(), None)
+
+
+class Inner(PolicyLayer):
+    """The policy a decoder wraps, in a copy: the scheduler's own steps, recorded."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        super().__init__(scheduler)
+        self.calls: list[str] = []
+
+    def run_batch(self, forward_input: Any) -> Any:
+        self.calls.append(f"run_batch of a {forward_input.batch.phase} batch")
+        return "the inner policy's output"
+
+    def settle_batch(self, data: Any) -> list[TokenOutput]:
+        self.calls.append("settle_batch " + ("of nothing" if data is None else "of a batch"))
+        return [TokenOutput(-1, -1)]
+
+
+@dataclass
+class DecoderState:
+    """A scheduler's state before one of its steps, deep-copied."""
+
+    run: str
+    fields: dict[str, Any]
+
+    def __repr__(self) -> str:
+        running = list(self.fields["decode_manager"].running_reqs)
+        return f"<a state of run {self.run!r}: running {running}>"
+
+    def decoder(self, graph_rows: int | None = None, k: int | None = None) -> SpeculativeDecoder:
+        """A fresh copy of the state as a scheduler without an engine, and a decoder around
+        it (its inner policy records what it is passed)."""
+        from minisgl.kvcache import radix_cache
+
+        radix_cache._clock = itertools.count(10**6)  # both sides stamp the same accesses alike
+        light = Scheduler.__new__(Scheduler)
+        vars(light).update(copy.deepcopy(self.fields))
+        light.finished_reqs = Released(sorted(light.finished_reqs, key=lambda r: r.uid))
+        light.engine = FakeEngine(graph_rows)
+        light._last_data = None
+        for req in light.decode_manager.running_reqs.values():
+            req._host_numpy = req._host_buffer.numpy()  # a copy's own buffer, as append_host writes
+        decoder = SpeculativeDecoder(light, Inner(light))
+        decoder.k = decoder.k if k is None else k
+        return decoder
+
+
+class DecoderStates(list):
+    def __repr__(self) -> str:
+        return f"<{len(self)} scheduler states of DECODER_RUNS>"
+
+
+@pytest.fixture(scope="module")
+def states() -> Iterator[DecoderStates]:
+    """Every state before a step of the runs, in which requests are running. The runs are the
+    reference's: the states are inputs, the same whatever your code does."""
+    from minisgl.kvcache import radix_cache
+
+    clock = radix_cache._clock
+    found = DecoderStates()
+    with use_reference_stubs(24):
+        for run, (overrides, seed, sampled) in DECODER_RUNS.items():
+            scheduler = make_scheduler(**overrides)
+            for ids, params in decoder_requests(seed, sampled):
+                scheduler.add_request(ids, params)
+            while scheduler.has_work:
+                if scheduler.decode_manager.running_reqs:
+                    fields = {name: vars(scheduler)[name] for name in LIGHT_FIELDS}
+                    found.append(DecoderState(run, copy.deepcopy(fields)))
+                scheduler.step()
+    yield found
+    radix_cache._clock = clock
+
+
+GRAPH_ROWS = st.sampled_from([None, None, 1, 4, 9, 16])  # the largest graph's rows, or none
+
+
+def cut_pool(decoder: SpeculativeDecoder, free: int | None) -> None:
+    """Leave `free` pages on the free list (None: as it was)."""
+    if free is not None:
+        cache = decoder.scheduler.cache_manager
+        cache.free_slots = cache.free_slots[:free]
+
+
+@settings(max_examples=40)
+@given(data=st.data())
+def test_draft_counts_matches_the_reference(states, data):
+    """The running requests (near max_tokens or not) of any state, k from 0, graphs of any
+    size or none, pools cut to the pages the step needs or fewer."""
+    state = data.draw(st.sampled_from(states))
+    graph_rows, k = data.draw(GRAPH_ROWS), data.draw(st.integers(0, 5))
+    free = data.draw(st.one_of(st.none(), st.integers(0, 12)))
+
+    def build() -> tuple:
+        decoder = state.decoder(graph_rows, k)
+        cut_pool(decoder, free)
+        return decoder, list(decoder.scheduler.decode_manager.running_reqs.values())
+
+    assert_same_call(SpeculativeDecoder.draft_counts, build=build)
+
+
+@settings(max_examples=40)
+@given(data=st.data())
+def test_draft_matches_the_reference(states, data):
+    """The verify batch (its layout, requests, drafts) and everything after: the ledgers, the
+    token pool's rows, the host sequences; with graphs of any size or none."""
+    state = data.draw(st.sampled_from(states))
+    graph_rows, k = data.draw(GRAPH_ROWS), data.draw(st.integers(1, 5))
+    free = data.draw(st.one_of(st.none(), st.integers(0, 12)))
+
+    def build() -> tuple:
+        decoder = state.decoder(graph_rows, k)
+        cut_pool(decoder, free)
+        return decoder, list(decoder.scheduler.decode_manager.running_reqs.values())
+
+    assert_same_call(SpeculativeDecoder.draft, build=build)
+
+
+@settings(max_examples=30)
+@given(data=st.data())
+def test_pick_batch_matches_the_reference(states, data):
+    """The scheduler's own pick (a prefill, or a decode of greedy requests, with a sampled one
+    or one of a subclass's rules among them or not) turned into a verify batch or passed
+    on."""
+    state = data.draw(st.sampled_from(states))
+    graph_rows, free = data.draw(GRAPH_ROWS), data.draw(st.one_of(st.none(), st.integers(0, 12)))
+    last_phase = data.draw(st.sampled_from(["prefill", "decode", None]))
+    spoiler = data.draw(st.sampled_from([None, None, 0.7, 0.0]))  # None: every request as it is
+
+    def build() -> tuple:
+        decoder = state.decoder(graph_rows)
+        decoder.inner = decoder.scheduler  # Scheduler.pick_batch: prefill or decode
+        decoder.scheduler._last_phase = last_phase
+        cut_pool(decoder, free)
+        if spoiler is not None:  # the last running request samples, or has a subclass's rules
+            req = list(decoder.scheduler.decode_manager.running_reqs.values())[-1]
+            kind = SamplingParams if spoiler else OtherParams
+            req.sampling_params = kind(temperature=spoiler, max_tokens=req.output_len)
+        return (decoder,)
+
+    assert_same_call(SpeculativeDecoder.pick_batch, build=build)
+
+
+def prepared(decoder: SpeculativeDecoder, verify: bool) -> ForwardInput | None:
+    """The running requests' step as the scheduler prepares it: the reference's verify batch
+    (None if it drafts nothing) or a plain decode batch, with its pages and inputs, and the
+    backend's last_indices (each request's last token)."""
+    scheduler = decoder.scheduler
+    reqs = list(scheduler.decode_manager.running_reqs.values())
+    batch: Batch | None = Batch(reqs, "decode")
+    if verify:
+        batch = reference_function(SpeculativeDecoder, "draft")(decoder, reqs)
+        if batch is None:
+            return None
+    scheduler.cache_manager.allocate_paged(batch.reqs)
+    scheduler.table_manager.prepare_inputs(batch)
+    ends = torch.tensor([r.extend_len for r in batch.reqs]).cumsum(0) - 1
+    batch.attn_metadata = types.SimpleNamespace(last_indices=ends)
+    return ForwardInput(batch, "the sampling arguments", frozenset())
+
+
+@settings(max_examples=20)
+@given(data=st.data())
+def test_run_batch_matches_the_reference(states, data):
+    """A verify batch of either layout (graphs or none) or a plain batch (passed on): what the
+    engine's forward is given (its last indices above all) and returns, and the step recorded
+    in the scheduler's stats."""
+    state = data.draw(st.sampled_from(states))
+    graph_rows, verify = data.draw(GRAPH_ROWS), data.draw(st.booleans())
+
+    def build() -> tuple:
+        decoder = state.decoder(graph_rows)
+        return decoder, prepared(decoder, verify)
+
+    assume(build()[1] is not None)
+    assert_same_call(SpeculativeDecoder.run_batch, build=build)
+
+
+@settings(max_examples=40)
+@given(
+    data=st.data(),
+    agree=st.lists(st.integers(0, 6), min_size=8, max_size=8),
+    noise=st.lists(st.integers(0, 9), min_size=64, max_size=64),
+    copy_in_flight=st.booleans(),
+)
+def test_settle_batch_matches_the_reference(states, data, agree, noise, copy_in_flight):
+    """Choices that agree with each request's drafts for 0 to all of them, end-of-sequence ids
+    inside the accepted run, requests at max_tokens, tokens still on their way to the host;
+    a plain batch and no batch are passed on. The outputs, and everything after: ledgers,
+    pages (rolled back or released), token pool, host sequences, stats of both."""
+    state = data.draw(st.sampled_from(states))
+    graph_rows, verify = data.draw(GRAPH_ROWS), data.draw(st.sampled_from([True, True, False]))
+    nothing = data.draw(st.integers(0, 9)) == 0
+
+    def build() -> tuple:
+        decoder = state.decoder(graph_rows)
+        decoder.scheduler.eos_token_ids = {2, 12}
+        forward_input = prepared(decoder, verify)
+        if nothing or forward_input is None:
+            return decoder, None
+        batch = forward_input.batch
+        if isinstance(batch, VerifyBatch):
+            choices, tokens = [], iter(noise)
+            for drafts, agreed in zip(batch.drafts, agree):
+                own = list(drafts[:agreed])
+                while len(own) < len(drafts) + 1:  # a choice the draft there is not
+                    miss = drafts[len(own)] if len(own) < len(drafts) else -1
+                    own.append(10 + (miss - 10 + 1 + next(tokens)) % 11)
+                choices += own
+        else:
+            for req in batch.reqs:
+                req.complete_one()  # as the scheduler's own run_batch leaves them
+            choices = [10 + t for t in noise[: batch.size]]
+        host = torch.tensor(choices)
+        event = None
+        if copy_in_flight:  # the host buffer holds stale tokens until synchronize
+            event, host = CopyInFlight(host.clone()), torch.zeros_like(host)
+            event.host = host
+        return decoder, (forward_input, ForwardOutput(torch.tensor(choices), host, event))
+
+    assert_same_call(SpeculativeDecoder.settle_batch, build=build)
+
+
+@dataclass
+class CopyInFlight:
+    """Stands for the copy of the sampled tokens to the host (a CUDA event): the host buffer
+    holds them only once `synchronize` returns."""
+
+    tokens: torch.Tensor
+    host: torch.Tensor | None = None
+
+    def synchronize(self) -> None:
+        self.host.copy_(self.tokens)
+
+
+TRACE_MODES = {
+    "radix, page 4": (dict(cache_type="radix", page_size=4), False),
+    "naive, page 1, sampled among greedy": (dict(cache_type="naive", page_size=1), True),
+    "chunked": (dict(cache_type="radix", max_extend_tokens=8, page_size=2), False),
+    "mixed": (dict(cache_type="radix", mixed_batches=True, max_extend_tokens=16), False),
+    "optimistic, a tight pool": (  # some steps have no room for drafts
+        dict(cache_type="radix", admission="optimistic", num_pages=24, page_size=2),
+        False,
+    ),
+    "k 1, n-grams from 2": (dict(speculative_tokens=1, ngram_min=2), False),
+}
+
+
+@pytest.mark.parametrize("mode", list(TRACE_MODES))
+def test_the_scheduler_runs_a_workload_as_the_reference_does(mode):
+    """Every stub in the loop: the batches (requests with their ledgers and rows, input ids
+    with the drafts, positions, KV slots), the tokens (the accepted drafts and the model's
+    own), the running and waiting sets and the free pages after each step, and the drafted
+    and accepted counts, as with the chapter's reference code."""
+    overrides, sampled = TRACE_MODES[mode]
+
+    def run() -> list[str]:
+        scheduler = make_scheduler(**overrides)
+        scheduler.eos_token_ids |= {1868, 41289, 44941}  # what three of the requests sample
+        events = scheduler_trace(scheduler, decoder_requests(41, sampled))
+        stats = decoder(scheduler).stats
+        events.append(
+            f"drafted {stats.drafted}, accepted {stats.accepted}, verify steps "
+            f"{stats.verify_steps}, per request {stats.per_request}"
+        )
+        return events
+
+    assert_same_trace(24, run, mode)
