@@ -10,9 +10,13 @@ prefill. The sampler's parts are checked one by one against xgrammar's own match
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import re
 import time
+from collections.abc import Callable
+from typing import Any
 
 import jsonschema
 import pytest
@@ -21,12 +25,17 @@ import xgrammar
 from conftest import (
     SMOLLM2,
     TINY_MODELS,
+    assert_same_trace,
     encode,
     engine_config,
     generate,
     llm_fixture,
     load_tokenizer,
+    scheduler_trace,
 )
+from course.differential import assert_same_call, call_differences, reference_function
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.message import UserMsg, deserialize, serialize
@@ -527,3 +536,421 @@ def test_smollm2_answers_8_prompts_with_valid_json_under_four_schemas(smollm2_ll
         check_json(out["text"], SCHEMAS[names[i % len(names)]])
         assert out["finish_reason"] == "stop"
     assert len(outputs) == len(SUBJECTS)
+
+
+# --- every stub against the reference (tools/course/differential.py) ---------------------------
+# The same generated inputs go to your stub and to the reference's body of it (compiled into
+# your module, so it sees your other code): return values, changes to the arguments, and
+# exceptions must match. A grammar matcher is a C++ object: it compares by its state (the mask
+# it fills now, whether it is terminated) and by which matcher it is; matchers are walked
+# through their grammars by generated choices among the tokens each allows (end-of-sequence
+# too, where the output is complete). Last, whole runs of constrained and free requests: the
+# tokens, step by step, yours against the chapter's reference stubs.
+
+GRAMMARS = {  # the constraints the matchers of these comparisons follow
+    "person": dict(json_schema=PERSON),
+    "enum": dict(json_schema=SCHEMAS["enum"]),
+    "yes or no": dict(regex=r"(yes|no)!"),
+    "digits": dict(regex=r"[0-9]{1,3}"),
+}
+
+
+COMPILED: dict[tuple[int, str], tuple[Any, Any]] = {}
+
+
+def compiled(compiler: Any, name: str) -> Any:
+    """Grammar `name` compiled against the vocabulary (once: every sampler shares a compiler)."""
+    key = (id(compiler), name)
+    if key not in COMPILED:
+        grammar = compiler.compile_grammar(StructuredParams(**GRAMMARS[name]).grammar())
+        COMPILED[key] = (compiler, grammar)  # the compiler kept, so that its id stays its own
+    return COMPILED[key][1]
+
+
+def allowed_now(matcher: Any) -> list[int]:
+    mask = xgrammar.allocate_token_bitmask(1, VOCAB)
+    matcher.fill_next_token_bitmask(mask, 0)
+    return sorted(allowed(mask[0]))
+
+
+def walked(sampler: GrammarSampler, name: str, picks: list[int]) -> tuple[Any, list[int]]:
+    """A matcher of grammar `name` after a walk of len(picks) allowed tokens (pick 0 takes
+    end-of-sequence where it is allowed), and the tokens taken; the walk ends with the grammar."""
+    matcher = xgrammar.GrammarMatcher(compiled(sampler.compiler, name))
+    taken = []
+    for pick in picks:
+        if matcher.is_terminated():
+            break
+        tokens = allowed_now(matcher)
+        token = EOS if pick == 0 and EOS in tokens else tokens[pick % len(tokens)]
+        assert matcher.accept_token(token)
+        taken.append(token)
+    return matcher, taken
+
+
+def matcher_state(matcher: Any) -> tuple[bool, torch.Tensor]:
+    """What a matcher is now: terminated or not, and the mask it fills."""
+    mask = xgrammar.allocate_token_bitmask(1, VOCAB)
+    if not matcher.is_terminated():
+        matcher.fill_next_token_bitmask(mask, 0)
+    return matcher.is_terminated(), mask[0]
+
+
+WALKS = st.lists(st.integers(0, 40), max_size=8)  # a walk's choices among the allowed tokens
+BASE_FIELDS = st.fixed_dictionaries(
+    {},
+    optional={
+        "max_tokens": st.sampled_from([0, 1, 16]),
+        "temperature": st.sampled_from([0.0, 0.7, -1.0]),
+        "top_p": st.sampled_from([1.0, 0.5]),
+        "ignore_eos": st.booleans(),
+        "seed": st.sampled_from([None, 3]),
+    },
+)
+CONSTRAINTS = [
+    {},
+    dict(json_schema=PERSON),
+    dict(json_schema=json.dumps(SCHEMAS["enum"])),
+    dict(json_schema={}),
+    dict(json_schema="{not json"),
+    dict(json_schema={"type": "bogus"}),
+    dict(json_schema=PERSON, regex="a"),
+    dict(regex="(yes|no)"),
+    dict(regex="(ab"),
+    dict(regex=""),
+]
+
+
+@settings(max_examples=8)
+@given(fields=BASE_FIELDS)
+def test_post_init_matches_the_reference(fields):
+    """Every constraint (a dict or a text schema, a regex, none, both, ones xgrammar refuses)
+    with base fields in and out of range and ignore_eos on and off: the fields after, or the
+    exception (its type, and the fields its message names)."""
+    for constraint in CONSTRAINTS:
+
+        def build() -> tuple[StructuredParams]:
+            params = StructuredParams.__new__(StructuredParams)
+            for f in dataclasses.fields(StructuredParams):
+                setattr(params, f.name, f.default)
+            for name, value in (fields | constraint).items():
+                setattr(params, name, copy.deepcopy(value))
+            return (params,)
+
+        assert_same_call(StructuredParams.__post_init__, build=build)
+
+
+# Rows of a batch: (kind, grammar, tokens generated before this Req was made, walk after).
+ROWS = st.lists(
+    st.tuples(
+        st.sampled_from(["free", "constrained", "chunk", "seeded", "known"]),
+        st.sampled_from(list(GRAMMARS)),
+        WALKS,  # what a resumed request generated before (a walk of its grammar)
+        st.lists(st.integers(1, 40), min_size=1, max_size=2),  # a known matcher's steps since
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
+def batch_of(sampler: GrammarSampler, rows: list[tuple]) -> Batch:
+    """A batch of free, constrained (new or resumed after generating some tokens), chunked,
+    seeded rows; a "known" row's request had its matcher made by an earlier step (the
+    reference's prepare) and advanced since. The matchers of known rows are kept in
+    `sampler._earlier`, by uid."""
+    reqs, known = [], []
+    for uid, (kind, grammar, before, since) in enumerate(rows):
+        constraint = GRAMMARS[grammar]
+        if kind == "free":
+            params: SamplingParams = SamplingParams(max_tokens=20, temperature=0.7, seed=uid)
+        else:
+            seeded = dict(temperature=1.0, seed=uid) if kind == "seeded" else {}
+            params = StructuredParams(max_tokens=20, **constraint, **seeded)
+        generated = [] if kind in ("free", "known") else walked(sampler, grammar, before)[1]
+        generated = generated[:19]
+        ids = torch.tensor([5, 6, 7, *generated], dtype=torch.int32)
+        cls = ChunkedReq if kind == "chunk" else Req
+        req = cls(ids, uid, 0, params.max_tokens - len(generated), 100 + uid, params)
+        reqs.append(req)
+        if kind == "known":
+            known.append((req, grammar, since))
+    batch = Batch(reqs, "prefill")
+    earlier = reference_function(GrammarSampler, "prepare")
+    sampler._earlier = {}
+    if known:
+        args = earlier(sampler, Batch([req for req, _, _ in known], "prefill"))
+        for (req, grammar, since), matcher in zip(known, args.matchers.values()):
+            for pick in since:  # the steps it took since: it is no longer at the start
+                tokens = allowed_now(matcher)
+                if not matcher.is_terminated():
+                    assert matcher.accept_token(tokens[pick % len(tokens)])
+            sampler._earlier[req.uid] = matcher
+    return batch
+
+
+@pytest.fixture(scope="module")
+def fresh_sampler(sampler: GrammarSampler) -> Callable[[], GrammarSampler]:
+    """A new GrammarSampler (its generator seeded alike) for each side of a comparison."""
+    return lambda: GrammarSampler(torch.device("cpu"), VOCAB, 0, str(QWEN3), [EOS])
+
+
+@settings(max_examples=20)
+@given(rows=ROWS)
+def test_prepare_matches_the_reference(fresh_sampler, rows):
+    """The base arguments, which rows get a matcher, each matcher's state (a resumed request's
+    goes on after its tokens), which matcher it is (a known request's own, the one kept for
+    its request) and the requests that have one."""
+
+    def build() -> tuple:
+        sampler = fresh_sampler()
+        return sampler, batch_of(sampler, rows)
+
+    def observe(result: Any, sampler: GrammarSampler, batch: Batch) -> dict[str, Any]:
+        matchers = getattr(result, "matchers", {})
+        base = {k: v for k, v in vars(result).items() if k != "matchers"}
+        reqs = batch.reqs
+        return {
+            "type": type(result).__name__,
+            "base arguments": base,
+            "rows with a matcher": sorted(matchers),
+            "their states": {row: matcher_state(m) for row, m in matchers.items()},
+            "kept for their request": {
+                row: sampler.matchers.get(reqs[row]) is m for row, m in matchers.items()
+            },
+            "the known request's own": {
+                row: sampler._earlier.get(reqs[row].uid) is m for row, m in matchers.items()
+            },
+            "requests with a matcher": sorted(req.uid for req in sampler.matchers.keys()),
+        }
+
+    assert_same_call(GrammarSampler.prepare, build=build, observe=observe)
+
+
+UNACCEPTED = st.lists(
+    st.tuples(st.sampled_from(list(GRAMMARS)), WALKS, st.integers(0, 40)), max_size=4
+)
+
+
+def with_unaccepted(
+    sampler: GrammarSampler, entries: list[tuple], refused: bool, in_flight: bool
+) -> None:
+    """sampler.unaccepted: matchers walked through their grammars (some terminated) with a
+    token each that the grammar allows now (a terminated one's: any), or with `refused` the
+    last one's a token it does not allow; on its way to the host or there."""
+    matchers, tokens = [], []
+    for i, (grammar, walk, pick) in enumerate(entries):
+        matcher, _ = walked(sampler, grammar, walk)
+        options = [EOS, 9] if matcher.is_terminated() else allowed_now(matcher)
+        if refused and i == len(entries) - 1 and not matcher.is_terminated():
+            options = sorted(set(range(VOCAB)) - set(options))[:50]
+        matchers.append(matcher)
+        tokens.append(options[pick % len(options)])
+    sampler._given = matchers
+    if not entries:
+        sampler.unaccepted = None
+        return
+    host = torch.tensor(tokens)
+    event = None
+    if in_flight:  # the host buffer holds stale tokens until synchronize
+        event, host = CopyInFlight(torch.zeros_like(host), tokens), torch.zeros_like(host)
+        event.host = host
+    sampler.unaccepted = SampledTokens(matchers, host, event)
+
+
+def accepting(accept: Callable[[GrammarSampler], None]) -> Callable[..., str]:
+    """`accept(sampler)`, with a RuntimeError (a token the grammar refused) as its result, so
+    that what it leaves behind is compared too."""
+
+    def run(sampler: GrammarSampler) -> str:
+        try:
+            accept(sampler)
+        except RuntimeError:
+            return "raised RuntimeError"
+        return "returned"
+
+    return run
+
+
+@settings(max_examples=25)
+@given(entries=UNACCEPTED, refused=st.booleans(), in_flight=st.booleans())
+def test_accept_unaccepted_matches_the_reference(fresh_sampler, entries, refused, in_flight):
+    """Nothing to accept, or up to four matchers (some terminated) with their tokens, on their
+    way to the host or there, a refused one or not: what it raises, each matcher's state
+    after, and what is left unaccepted (even after a refusal)."""
+
+    def build() -> tuple[GrammarSampler]:
+        sampler = fresh_sampler()
+        with_unaccepted(sampler, entries, refused, in_flight)
+        return (sampler,)
+
+    def observe(result: str, sampler: GrammarSampler) -> tuple:
+        return result, sampler.unaccepted, [matcher_state(m) for m in sampler._given]
+
+    found = call_differences(
+        accepting(GrammarSampler.accept_unaccepted),
+        build=build,
+        reference=accepting(reference_function(GrammarSampler, "accept_unaccepted")),
+        observe=observe,
+    )
+    assert not found, "GrammarSampler.accept_unaccepted differs:\n  " + "\n  ".join(found)
+
+
+@settings(max_examples=25)
+@given(
+    entries=st.lists(st.tuples(st.sampled_from(list(GRAMMARS)), WALKS), max_size=3),
+    rows=st.lists(st.integers(0, 5), min_size=3, max_size=3, unique=True),
+    extra=st.integers(0, 2),
+)
+def test_fill_mask_matches_the_reference(fresh_sampler, entries, rows, extra):
+    """Matchers at rows out of order (some terminated) in batches with rows of no matcher:
+    the bitmask, and each matcher's state after."""
+
+    def build() -> tuple:
+        sampler = fresh_sampler()
+        matchers = {row: walked(sampler, g, walk)[0] for row, (g, walk) in zip(rows, entries)}
+        size = max(matchers, default=0) + 1 + extra
+        return sampler, matchers, size
+
+    def observe(result: torch.Tensor, sampler: GrammarSampler, matchers: dict, rows: int):
+        return result, {row: matcher_state(m) for row, m in matchers.items()}
+
+    assert_same_call(GrammarSampler.fill_mask, build=build, observe=observe)
+
+
+@settings(max_examples=20)
+@given(
+    rows=ROWS,
+    entries=UNACCEPTED,
+    in_flight=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_sample_matches_the_reference(fresh_sampler, rows, entries, in_flight, seed):
+    """A batch of free and constrained rows (greedy, seeded, sampled), the last step's tokens
+    left to accept or none: the tokens, the logits after (masked in place on the constrained
+    rows), the matchers' states, what is kept to accept next and the masked steps."""
+
+    def build() -> tuple:
+        sampler = fresh_sampler()
+        with_unaccepted(sampler, entries, refused=False, in_flight=in_flight)
+        batch = batch_of(sampler, rows)
+        args = reference_function(GrammarSampler, "prepare")(sampler, batch)
+        logits = torch.randn(batch.size, VOCAB, generator=torch.Generator().manual_seed(seed))
+        return sampler, logits, args
+
+    def observe(tokens: torch.Tensor, sampler: GrammarSampler, logits: torch.Tensor, args: Any):
+        kept = sampler.unaccepted
+        return {
+            "tokens": tokens,
+            "logits": logits,
+            "matchers of the batch": {r: matcher_state(m) for r, m in args.matchers.items()},
+            "the last step's matchers": [matcher_state(m) for m in sampler._given],
+            "kept to accept": None
+            if kept is None
+            else (
+                [[r for r, m in args.matchers.items() if m is k] for k in kept.matchers],
+                kept.tokens,
+                kept.copy_done_event,
+            ),
+            "masked_steps": sampler.masked_steps,
+        }
+
+    assert_same_call(GrammarSampler.sample, build=build, observe=observe)
+
+
+RESPONSE_FORMATS = [
+    None,  # no response_format
+    {"type": "text"},
+    {"type": "json_object"},
+    {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}},
+    {"type": "json_schema", "json_schema": {"name": "p", "schema": PERSON, "strict": True}},
+    {"type": "json_schema", "json_schema": {"name": "any"}},  # no schema: any JSON
+    {"type": "json_schema"},
+    {"type": "json_schema", "json_schema": {"schema": PERSON}},
+    {"type": "json_schema", "json_schema": {"name": "a b", "schema": {}}},
+    {"type": "json_schema", "json_schema": {"name": "p", "schema": {"type": 3}}},
+    {"type": "xml"},
+    "json",
+    {},
+]
+
+
+def invalid_request(function: Callable[..., Any], arguments: tuple) -> str | None:
+    """The message of the InvalidRequestError `function(*arguments)` raises, if it does."""
+    try:
+        function(*arguments)
+    except InvalidRequestError as error:
+        return str(error)
+    return None
+
+
+@settings(max_examples=6)
+@given(
+    chat=st.booleans(),
+    max_tokens=st.sampled_from([1, 9]),
+    temperature=st.sampled_from([0.0, 0.5]),
+    seed=st.sampled_from([None, 4]),
+    ignore_eos=st.booleans(),
+)
+def test_apply_response_format_matches_the_reference(
+    chat, max_tokens, temperature, seed, ignore_eos
+):
+    """Every kind of response_format (none, text, json_object, json_schema with or without its
+    parts, ones the API does not define, a schema the grammar cannot follow) on completions
+    and chats, with the request's own sampling fields: the parameters, or the exception,
+    whose message must name where the request is wrong as the reference's does (its first
+    "response_format..." path)."""
+    from minisgl.structured import response_format as module
+
+    for response_format in RESPONSE_FORMATS:
+
+        def build() -> tuple:
+            extra = {} if response_format is None else {"response_format": response_format}
+            prompt = {"messages": [{"role": "user", "content": "Hi"}]} if chat else {"prompt": "Hi"}
+            kind = ChatCompletionRequest if chat else CompletionRequest
+            body = kind(model="m", **prompt, **copy.deepcopy(extra))
+            params = SamplingParams(
+                max_tokens=max_tokens, temperature=temperature, seed=seed, ignore_eos=ignore_eos
+            )
+            return body, params
+
+        assert_same_call(module.apply_response_format, build=build)
+        theirs = invalid_request(reference_function(module, "apply_response_format"), build())
+        where = re.match(r"response_format(\.\w+)*", theirs or "")
+        if where is not None:
+            yours = invalid_request(module.apply_response_format, build()) or ""
+            assert where.group() in yours, (
+                f"apply_response_format: for response_format={response_format!r} your message "
+                f"{yours!r} does not say where the request is wrong ({where.group()!r}), as "
+                f"the reference's {theirs!r} does"
+            )
+
+
+TRACE_SETUPS = {
+    "plain": dict(),
+    "overlap, radix, chunks of 7, page 4": dict(
+        enable_overlap=True, cache_type="radix", max_extend_tokens=7, page_size=4
+    ),
+}
+
+
+@pytest.mark.parametrize("setup", list(TRACE_SETUPS))
+def test_the_scheduler_runs_constrained_requests_as_the_reference_does(setup):
+    """Every stub in the loop: constrained requests (a schema, regexes, greedy and seeded)
+    beside free ones, their tokens step by step (each the best or a draw among what the mask
+    allows) and the batches, and the masked steps, as with the chapter's reference code."""
+    from minisgl.scheduler import Scheduler, SchedulerConfig
+
+    prompts = encode(QWEN3, PROMPTS)
+    requests = [
+        (prompts[0], StructuredParams(max_tokens=16, json_schema=SCHEMAS["enum"])),
+        (prompts[1], SamplingParams(max_tokens=5)),
+        (prompts[2], StructuredParams(max_tokens=8, regex=r"(yes|no)!")),
+        (prompts[3], StructuredParams(max_tokens=6, regex=r"[0-9]{2,4}", temperature=1.0, seed=5)),
+    ]
+
+    def run() -> list[str]:
+        scheduler = Scheduler(SchedulerConfig(str(QWEN3), **config(**TRACE_SETUPS[setup])))
+        events = scheduler_trace(scheduler, requests)
+        return events + [f"{scheduler.engine.sampler.masked_steps} masked steps"]
+
+    assert_same_trace(25, run, setup)
