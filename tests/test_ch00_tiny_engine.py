@@ -404,13 +404,22 @@ def test_kv_cache_append_matches_the_reference(
 
 @pytest.fixture(scope="module")
 def tiny_model():
-    """tiny_model(name) -> our TinyModel of a tiny checkpoint, loaded once per module (inside
-    the test: its __init__ calls your rope_inv_freq)."""
+    """tiny_model(name) -> our TinyModel of a tiny checkpoint with uneven norm weights, loaded
+    once per module (inside the test: its __init__ calls your rope_inv_freq)."""
     cache: dict[str, TinyModel] = {}
 
     def load(name: str) -> TinyModel:
         if name not in cache:
-            cache[name] = TinyModel(model_dir(name))
+            model = TinyModel(model_dir(name))
+            # The tiny checkpoints' norm weights are all ones, and a norm of unit weight does
+            # not care where (or whether) its weight is applied, nor, on q and k, whether it
+            # comes before or after RoPE (a rotation keeps a head's RMS): uneven weights
+            # make each norm's place and weight show in the logits.
+            gen = torch.Generator().manual_seed(len(name))
+            for key, weight in model.w.items():
+                if key.endswith("norm.weight"):
+                    model.w[key] = 1 + 0.5 * torch.randn(weight.shape, generator=gen)
+            cache[name] = model
         return cache[name]
 
     return load

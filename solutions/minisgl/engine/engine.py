@@ -154,7 +154,9 @@ class Engine:
         return layout.heads(self.model_config)
 
     def _pages_that_fit(self) -> int:
-        """How many KV pages the budget holds (free GPU memory share, or kv_cache_gib on CPU)."""
+        """How many KV pages the budget holds (free GPU memory share, or kv_cache_gib on CPU),
+        and at least one: a budget under a page still makes a pool (of one page), and
+        `check_request_fits` then refuses each request with a clear error."""
         if self.device.type == "cuda":
             free_bytes, _ = torch.cuda.mem_get_info(self.device)
             budget = free_bytes * self.config.gpu_memory_fraction

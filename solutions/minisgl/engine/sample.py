@@ -76,7 +76,15 @@ class Sampler:
         )
 
     def sample(self, logits: torch.Tensor, args: BatchSamplingArgs) -> torch.Tensor:
-        """logits: [batch, vocab] -> next token ids [batch] (int64, on the device)."""
+        """logits: [batch, vocab] -> next token ids [batch] (int64, on the device).
+
+        A greedy row takes the argmax (the first maximum). A random row draws from
+        softmax(logits / temperature) cut by top-k first, then by top-p over what top-k kept,
+        renormalized: a token stays if the tokens ranked before it hold less than top_p of
+        that mass, so the top token always stays. Equal probabilities rank by token id. A
+        row of `args.row_seeds` draws with a generator of its seed, the others with the
+        sampler's own generator.
+        """
         # The argmax, by the max reduction: on a CPU several times faster than argmax itself,
         # with the same rule for ties (the first maximum).
         greedy_tokens = logits.max(dim=-1).indices

@@ -154,8 +154,10 @@ class Engine:
         return layout.heads(self.model_config)
 
     def _pages_that_fit(self) -> int:
-        """How many KV pages the budget holds (free GPU memory share, or kv_cache_gib on CPU)."""
-        raise NotImplementedError("ch06: How many KV pages the budget holds (free GPU memory share, or kv_cache_gib on CPU).")
+        """How many KV pages the budget holds (free GPU memory share, or kv_cache_gib on CPU),
+        and at least one: a budget under a page still makes a pool (of one page), and
+        `check_request_fits` then refuses each request with a clear error."""
+        raise NotImplementedError("ch06: How many KV pages the budget holds (free GPU memory share, or kv_cache_gib on CPU),")
 
     def check_request_fits(self, prompt_len: int, max_tokens: int) -> None:
         """Raise RequestTooLongError if a request could never be served by this engine.

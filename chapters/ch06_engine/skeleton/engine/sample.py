@@ -50,5 +50,13 @@ class Sampler:
         raise NotImplementedError("ch06: Per-row sampling tensors of a batch (temperature, top-k, top-p, greedy, seeds).")
 
     def sample(self, logits: torch.Tensor, args: BatchSamplingArgs) -> torch.Tensor:
-        """logits: [batch, vocab] -> next token ids [batch] (int64, on the device)."""
+        """logits: [batch, vocab] -> next token ids [batch] (int64, on the device).
+
+        A greedy row takes the argmax (the first maximum). A random row draws from
+        softmax(logits / temperature) cut by top-k first, then by top-p over what top-k kept,
+        renormalized: a token stays if the tokens ranked before it hold less than top_p of
+        that mass, so the top token always stays. Equal probabilities rank by token id. A
+        row of `args.row_seeds` draws with a generator of its seed, the others with the
+        sampler's own generator.
+        """
         raise NotImplementedError("ch06: logits: [batch, vocab] -> next token ids [batch] (int64, on the device).")
