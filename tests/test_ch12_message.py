@@ -210,7 +210,7 @@ SAMPLING_PARAMS = st.builds(
     seed=st.none() | st.integers(0, 2**63 - 1),
 )
 SINGLE_MESSAGES = st.one_of(
-    st.builds(UserMsg, UIDS, st.lists(INT32, max_size=30), SAMPLING_PARAMS),
+    st.builds(UserMsg, UIDS, st.lists(INT32, max_size=30) | st.none(), SAMPLING_PARAMS),
     st.builds(AbortBackendMsg, UIDS),
     st.builds(StatusRequestMsg, UIDS),
     st.builds(ExitMsg),

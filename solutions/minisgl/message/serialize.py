@@ -53,7 +53,8 @@ class MessageError(MinisglError):
 
 
 def _encode(obj: Any) -> msgpack.ExtType:
-    """Pack a message as an extension holding [class name, fields]; token-id lists as int32.
+    """Pack a message as an extension holding [class name, fields]; token-id lists as int32
+    (a token-id field left None stays None).
 
     msgpack calls this hook for every object it cannot pack itself; nested messages (a
     SamplingParams inside a UserMsg, the items of a BatchMsg) come back here in turn.

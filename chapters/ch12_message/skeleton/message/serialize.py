@@ -53,12 +53,13 @@ class MessageError(MinisglError):
 
 
 def _encode(obj: Any) -> msgpack.ExtType:
-    """Pack a message as an extension holding [class name, fields]; token-id lists as int32.
+    """Pack a message as an extension holding [class name, fields]; token-id lists as int32
+    (a token-id field left None stays None).
 
     msgpack calls this hook for every object it cannot pack itself; nested messages (a
     SamplingParams inside a UserMsg, the items of a BatchMsg) come back here in turn.
     """
-    raise NotImplementedError("ch12: Pack a message as an extension holding [class name, fields]; token-id lists as int32.")
+    raise NotImplementedError("ch12: Pack a message as an extension holding [class name, fields]; token-id lists as int32")
 
 
 def _decode(code: int, data: bytes) -> Any:
