@@ -733,6 +733,31 @@ def test_gather_page_indices_matches_the_reference(batch, seed):
 
 
 @settings(max_examples=10)
+@given(
+    batch=page_batches(max_reqs=5),
+    seed=st.integers(0, 2**16),
+    pages_per_block=st.sampled_from([1, 2, 16]),
+)
+def test_gather_page_indices_on_rows_that_end_inside_a_page_matches_the_reference(
+    batch, seed, pages_per_block
+):
+    """The page table cut to the longest request, so that a row may end inside a page (the
+    pages a row holds are its length over page_size, rounded up), with blocks of 1, 2 or 16
+    pages."""
+    seq_lens, _, page_size = batch
+
+    def inputs() -> tuple:
+        table, *rest = gather_inputs(seq_lens, page_size, seed)
+        return (table[:, : max(seq_lens, default=1)].contiguous(), *rest)
+
+    with small_blocks(), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(step_inputs, "PAGES_PER_BLOCK", pages_per_block)
+        assert_same_launcher(
+            step_inputs, "gather_page_indices", "gather_page_indices_kernel", inputs
+        )
+
+
+@settings(max_examples=10)
 @given(batch=page_batches(max_reqs=5), seed=st.integers(0, 2**16))
 def test_gather_page_indices_kernel_matches_the_reference(batch, seed):
     seq_lens, _, page_size = batch
