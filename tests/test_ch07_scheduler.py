@@ -28,6 +28,7 @@ from conftest import (
     hf_greedy_cached,
     llm_fixture,
     load_tokenizer,
+    raise_if_a_later_chapters_stub,
     random_prompts,
     run_until_idle,
     scheduler_trace,
@@ -760,8 +761,7 @@ def phased_trace(
                 scheduler.run_when_idle()
         events.append("idle; no page leaked")
     except Exception as error:  # noqa: BLE001 - the trace ends with what went wrong
-        if "written in chapter" in str(error):
-            raise  # a later chapter's stub: the workload, not the code under test, is wrong
+        raise_if_a_later_chapters_stub(error)
         events.append(f"raised {type(error).__name__}: {error}")
     return events
 
