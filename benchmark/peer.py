@@ -19,6 +19,9 @@ engine first in even ones), on the same random Qwen3-0.6B-shape checkpoint (bf16
   the same script for both);
 - online: each server under the chapter 21 client at 64 and at 256 concurrent streams, over
   /v1/chat/completions (upstream serves no /v1/completions).
+  Each server with its defaults, which on a GPU run 256 requests at once on both sides.
+  Beside the client's TTFT and ITL, TPOT (time per output token after the first), which
+  does not depend on how a server groups tokens into chunks.
 
 Upstream's default prefill backend on an H200 is FA3 from sgl_kernel, whose wheel is far over
 what a device call carries: it runs FlashInfer for both phases. Each line recorded has the
@@ -42,6 +45,7 @@ from typing import Any
 import torch
 
 from minisgl.benchmark import append_result, run_load, summarize
+from minisgl.benchmark.metrics import PERCENTILES, RequestResult, percentile
 
 from .checkpoints import RANDOM_MODEL, ROOT, resolve_model
 from .online import free_port, launch, print_summary, stop, warm_up
@@ -109,6 +113,18 @@ def single(engine: str, tree: Path, model: Path) -> dict[str, Any]:
     return json.loads(run(engine, tree, cmd).strip().splitlines()[-1])
 
 
+def time_per_output_token(results: list[RequestResult]) -> dict[str, float]:
+    """TPOT percentiles in ms: each request's time from its first piece to its end over its
+    tokens after the first. Unlike ITL it does not depend on how a server groups tokens into
+    chunks (upstream sends the chunks that queued up one right after the other)."""
+    tpot = [
+        (r.latency_s - r.ttft_s) / (r.output_tokens - 1)
+        for r in results
+        if r.ok and r.piece_s and r.output_tokens > 1
+    ]
+    return {f"tpot_p{q}_ms": percentile(tpot, q) * 1e3 for q in PERCENTILES}
+
+
 def online(engine: str, tree: Path, model: Path, loads: list[tuple[int, int]]) -> list[dict]:
     """One server of the engine under each load (streams, requests): the client's summary."""
     port = free_port()
@@ -128,8 +144,10 @@ def online(engine: str, tree: Path, model: Path, loads: list[tuple[int, int]]) -
             results, seconds = asyncio.run(
                 run_load(url, str(model), requests, None, math.inf, streams, 32, 256, 0, chat=True)
             )
-            summary = summarize(results, seconds)
+            summary = summarize(results, seconds) | time_per_output_token(results)
             print_summary(f"{engine}, {streams} streams", summary)
+            tpot = f"p50 {summary['tpot_p50_ms']:.2f} ms, p99 {summary['tpot_p99_ms']:.2f} ms"
+            print(f"  TPOT        {tpot}")
             summaries.append(dict(summary, streams=streams, server_command=" ".join(cmd[1:])))
     finally:
         stop(server)

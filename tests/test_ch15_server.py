@@ -259,6 +259,8 @@ def chunks_of(events: list[str]) -> list[dict]:
 
 
 def test_a_stream_has_a_chunk_per_piece_the_finish_reason_last_then_done() -> None:
+    """The first reply's chunk goes out even empty (the first token came), later empty
+    replies send nothing."""
     replies = [
         ReplyMsg(1, ""),
         ReplyMsg(1, "Hel"),
@@ -268,6 +270,7 @@ def test_a_stream_has_a_chunk_per_piece_the_finish_reason_last_then_done() -> No
     ]
     chunks = chunks_of(stream(replies, chat=False, include_usage=False))
     assert [(c["choices"][0]["text"], c["choices"][0]["finish_reason"]) for c in chunks] == [
+        ("", None),
         ("Hel", None),
         ("lo", None),
         ("", "length"),
@@ -413,7 +416,8 @@ def test_every_chunk_of_a_stream_is_what_the_openai_schema_requires(
         chunk["choices"][0]["delta"]["content"] if chat else chunk["choices"][0]["text"]
         for chunk in text_chunks
     ]
-    assert texts == [text for text in pieces if text] + [last], "one chunk per piece, then last"
+    expected = [pieces[0]] + [text for text in pieces[1:] if text] + [last] if pieces else [last]
+    assert texts == expected, "the first reply's chunk, one per later piece, then the last"
     reasons = [chunk["choices"][0]["finish_reason"] for chunk in text_chunks]
     assert reasons == [None] * (len(reasons) - 1) + [finish_reason]
     if include_usage:

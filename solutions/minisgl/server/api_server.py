@@ -164,13 +164,15 @@ async def stream_events(
 ) -> AsyncIterator[str]:
     """The SSE events of a streamed response, from the request's replies.
 
-    One chunk per non-empty text piece, the finish_reason in the last chunk, then (if the
+    The first reply's chunk always, even without text: it comes with the first token, so the
+    client learns when that was (its time to first token), as OpenAI's first chunk does. After
+    it, one chunk per non-empty text piece, the finish_reason in the last chunk, then (if the
     client asked with stream_options.include_usage) a chunk with usage and no choices, then
     `[DONE]`. Every chunk carries the same id, object, created and model (`header`).
     """
     reply = first
     while True:
-        if reply.text or reply.finish_reason is not None:
+        if reply is first or reply.text or reply.finish_reason is not None:
             yield sse_event(
                 {**header, "choices": [choice(chat, reply.text, reply.finish_reason, True)]}
             )

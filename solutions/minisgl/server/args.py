@@ -6,10 +6,16 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from minisgl.scheduler import SchedulerConfig
 from minisgl.utils import ConfigError, ModelNotFoundError
 
 MAX_BODY_BYTES = 1 << 20  # a request body larger than 1 MiB is refused (413) before parsing
+# Requests that run at once by default. On a GPU a decode step grows much more slowly than its
+# batch (upstream's default is 256 too); on two CPU cores it grows with it.
+GPU_RUNNING_REQ = 256
+CPU_RUNNING_REQ = 32
 
 
 @dataclass
@@ -19,7 +25,7 @@ class ServerArgs:
     port: int = 30000
     api_key: str | None = None  # when set, every endpoint but /health needs it
     shell: bool = False  # an interactive chat in the terminal instead of the HTTP server
-    max_running_req: int = 32
+    max_running_req: int | None = None  # None: GPU_RUNNING_REQ on a GPU, CPU_RUNNING_REQ else
     page_size: int = 1
     num_pages: int | None = None
     kv_cache_gib: float = 1.0
@@ -42,9 +48,13 @@ class ServerArgs:
         return Path(self.model_path).resolve().name
 
     def scheduler_config(self) -> SchedulerConfig:
+        if self.max_running_req is not None:
+            max_running_req = self.max_running_req
+        else:  # the scheduler processes are spawned, so asking CUDA here harms none of them
+            max_running_req = GPU_RUNNING_REQ if torch.cuda.is_available() else CPU_RUNNING_REQ
         return SchedulerConfig(
             self.model_path,
-            max_running_req=self.max_running_req,
+            max_running_req=max_running_req,
             page_size=self.page_size,
             num_pages=self.num_pages,
             kv_cache_gib=self.kv_cache_gib,
@@ -65,7 +75,13 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
     parser.add_argument("--port", type=int, default=ServerArgs.port)
     parser.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
     parser.add_argument("--shell", action="store_true", help="chat in the terminal instead")
-    parser.add_argument("--max-running-req", type=int, default=ServerArgs.max_running_req)
+    parser.add_argument(
+        "--max-running-req",
+        type=int,
+        default=None,
+        help=f"requests that run at once (default: {GPU_RUNNING_REQ} on a GPU, "
+        f"{CPU_RUNNING_REQ} on the CPU)",
+    )
     parser.add_argument("--page-size", type=int, default=ServerArgs.page_size)
     parser.add_argument("--num-pages", type=int, default=None)
     parser.add_argument("--kv-cache-gib", type=float, default=ServerArgs.kv_cache_gib)
