@@ -287,11 +287,33 @@ def test_structured_varies_the_order_of_its_runs_from_round_to_round(tmp_path: P
             assert record["valid"] == record["prompts"] and record["masked_steps"] > 0
 
 
-@pytest.mark.parametrize("subcommand", list(SUBCOMMANDS))
-def test_every_subcommand_imports_and_parses_its_flags(subcommand: str) -> None:
-    done = run_benchmark(subcommand, "--help")
+# Every subcommand's --help in one process: a process each cost CI about 30 s of imports.
+HELP_OF_EVERY_SUBCOMMAND = """
+import contextlib, io
+from benchmark.__main__ import SUBCOMMANDS, main
+for name in SUBCOMMANDS:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            main([name, "--help"])
+        except SystemExit as stop:
+            assert stop.code == 0, (name, stop.code)
+    print(name, out.getvalue().splitlines()[0])
+"""
+
+
+def test_every_subcommand_imports_and_parses_its_flags() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", HELP_OF_EVERY_SUBCOMMAND],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.startswith(f"usage: python -m benchmark {subcommand} ")
+    first_lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    for name in SUBCOMMANDS:
+        assert first_lines[name].startswith(f"usage: python -m benchmark {name} "), name
 
 
 def test_the_entry_point_lists_its_subcommands_and_refuses_others() -> None:
