@@ -44,6 +44,7 @@ from .checkpoints import ROOT
 
 STARTUP_TIMEOUT_S = 300.0
 IDLE_TIMEOUT_S = 60.0
+GROUP_EXIT_S = 30.0  # how long a stopped server's children get to exit, per signal
 
 
 def print_summary(name: str, summary: dict[str, float]) -> None:
@@ -117,6 +118,7 @@ def launch(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL if quiet else None,
         env=dict(os.environ, **(env or {})),
+        start_new_session=True,  # its own process group, which `stop` ends whole
     )
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -160,12 +162,27 @@ def launch_transformers(model: str, port: int) -> subprocess.Popen:
 
 
 def stop(server: subprocess.Popen) -> None:
+    """Stop a server started by `launch`, and every process it started.
+
+    A server's children can outlive it: upstream's scheduler once held 72 GiB of the GPU after
+    its server had exited, and the next server ran out of memory at start. So the whole
+    process group is ended, and this returns once none of it is left (or after a minute: an
+    exited child that nobody reaps holds nothing)."""
     server.send_signal(signal.SIGTERM)
     try:
         server.wait(60)
     except subprocess.TimeoutExpired:
         server.kill()
         server.wait()
+    deadline = time.monotonic() + GROUP_EXIT_S
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(server.pid, sig)
+            except ProcessLookupError:
+                return  # no process of the group is left
+            time.sleep(0.5)
+        deadline = time.monotonic() + GROUP_EXIT_S
 
 
 def run_one(
