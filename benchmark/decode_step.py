@@ -70,7 +70,7 @@ def time_steps(  # noqa: ANN001
         with StepClock() as clock:
             for _ in range(steps):
                 scheduler.step()
-        summed = StepClock.summed_parts(step_parts for *_, step_parts in clock.steps)
+        summed = StepClock.summed_parts(step_parts for _, _, _, step_parts, _ in clock.steps)
         per_step = {part: seconds / steps * 1e3 for part, seconds in summed.items()}
     while scheduler.has_work:
         scheduler.step()

@@ -8,17 +8,23 @@ rename of the scheduler's internals changes this module alone.
 
 from __future__ import annotations
 
+import json
+import math
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from unittest import mock
+
+from safetensors import safe_open
 
 if TYPE_CHECKING:
     from minisgl.engine import ForwardOutput
     from minisgl.scheduler import Scheduler
     from minisgl.scheduler.scheduler import ForwardInput
 
-StepTable = list[tuple[str, str, int, float, dict[str, float]]]  # StepClock.table()
+# StepClock.table(): phase, batch sizes, steps, seconds, seconds of each part, KV tokens read
+StepTable = list[tuple[str, str, int, float, dict[str, float], int]]
 # The function that settles a launched batch (its tokens, per request), as (file suffix, name):
 # cProfile finds it by these (benchmark/cpu_step.py's "results, per request").
 SETTLE_FUNCTION = ("scheduler/scheduler.py", "settle_batch")
@@ -66,14 +72,17 @@ class StepClock:
     warm-up's steps are dropped): the phase and size of the batch the step launched, its wall
     time, and how that time splits into the step's parts. With overlap, a step schedules and
     launches batch N+1, then waits for batch N's tokens and processes them: a step that waits
-    long is bound by the device, one that hardly waits by the host."""
+    long is bound by the device, one that hardly waits by the host. It also counts the KV
+    tokens each launched batch's attention reads (the sum of its requests' `device_len`), which
+    with the weights make a decode step's bytes, and so its floor (`decode_floor_s`)."""
 
     BUCKETS = (1, 16, 64, 128, 192, 256, 10**9)
     PARTS = ("schedule", "launch", "wait", "process")  # with overlap, in this order
 
     def __init__(self) -> None:
-        self.steps: list[tuple[str, int, float, dict[str, float]]] = []
+        self.steps: list[tuple[str, int, float, dict[str, float], int]] = []
         self._parts: dict[str, float] = {}
+        self._kv_tokens = 0
 
     def _timed(self, part: str, function: Callable[..., Any]) -> Callable[..., Any]:
         clock = self
@@ -97,15 +106,21 @@ class StepClock:
 
         def timed_step(scheduler: Scheduler) -> list:
             launched = len(scheduler.stats.steps)
-            clock._parts = {}
+            clock._parts, clock._kv_tokens = {}, 0
             start = time.perf_counter()
             outputs = step(scheduler)
             seconds = time.perf_counter() - start
             phase, size = ("idle", 0)
             if len(scheduler.stats.steps) > launched:
                 phase, size, _ = scheduler.stats.steps[-1]
-            clock.steps.append((phase, size, seconds, clock._parts))
+            clock.steps.append((phase, size, seconds, clock._parts, clock._kv_tokens))
             return outputs
+
+        timed_launch = self._timed("launch", Scheduler.run_batch)
+
+        def counted_launch(scheduler: Scheduler, forward_input: ForwardInput) -> ForwardOutput:
+            clock._kv_tokens = sum(req.device_len for req in forward_input.batch.reqs)
+            return timed_launch(scheduler, forward_input)
 
         def waiting_process(scheduler: Scheduler, data: Any) -> list:
             # the wait for the device, timed apart from the processing that follows it
@@ -126,7 +141,7 @@ class StepClock:
                 "_schedule_next_batch",
                 self._timed("schedule", Scheduler._schedule_next_batch),
             ),
-            mock.patch.object(Scheduler, "run_batch", self._timed("launch", Scheduler.run_batch)),
+            mock.patch.object(Scheduler, "run_batch", counted_launch),
             mock.patch.object(Scheduler, "settle_batch", waiting_process),
             mock.patch.object(LLM, "generate", fresh_generate),
         ]
@@ -145,16 +160,48 @@ class StepClock:
         return {k: sum(part.get(k, 0.0) for part in parts) for k in cls.PARTS}
 
     def table(self) -> StepTable:
-        """(phase, batch sizes, steps, seconds, seconds of each part) for each phase and bucket
-        of batch sizes that has steps (a step that launched nothing is in no bucket)."""
+        """(phase, batch sizes, steps, seconds, seconds of each part, KV tokens read) for each
+        phase and bucket of batch sizes that has steps (a step that launched nothing is in no
+        bucket)."""
         rows = []
         for phase in ("prefill", "decode"):
             for low, high in zip(self.BUCKETS, self.BUCKETS[1:]):
                 steps = [
-                    (s, parts) for p, n, s, parts in self.steps if p == phase and low <= n < high
+                    (s, parts, kv)
+                    for p, n, s, parts, kv in self.steps
+                    if p == phase and low <= n < high
                 ]
                 if steps:
-                    parts = self.summed_parts(part for _, part in steps)
+                    parts = self.summed_parts(part for _, part, _ in steps)
                     label = f"{low}-{high - 1}" if high < 10**9 else f"{low}+"
-                    rows.append((phase, label, len(steps), sum(s for s, _ in steps), parts))
+                    seconds, kv_tokens = sum(s for s, _, _ in steps), sum(kv for *_, kv in steps)
+                    rows.append((phase, label, len(steps), seconds, parts, kv_tokens))
         return rows
+
+
+# Peak memory bandwidth by GPU (bytes/s), for the floor of a decode step: NVIDIA's data sheets
+# for the SXM parts, the H100 with HBM3 and the H200 with HBM3e.
+BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12}
+
+
+def decode_floor_s(
+    model: Path, dtype_bytes: int, device: str, steps: int, kv_tokens: int
+) -> float | None:
+    """The least time `steps` decode steps reading `kv_tokens` KV tokens in all could take on
+    `device`: every step reads the weights once (the checkpoint's size in `dtype_bytes`, the
+    tied LM head once; an untied model's embedding table counts whole, though a step reads only
+    its tokens' rows), and attention reads each KV token's K and V in every layer. None for a
+    device whose bandwidth BANDWIDTH does not know (the CPU)."""
+    bandwidth = next((b for name, b in BANDWIDTH.items() if name in device), None)
+    if bandwidth is None:
+        return None
+    config = json.loads((model / "config.json").read_text())
+    heads = config["num_attention_heads"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    kv_heads = config.get("num_key_value_heads", heads)
+    kv_bytes = 2 * config["num_hidden_layers"] * kv_heads * head_dim * dtype_bytes
+    params = 0
+    for file in model.glob("*.safetensors"):
+        with safe_open(file, "pt") as tensors:  # reads the header, not the tensors
+            params += sum(math.prod(tensors.get_slice(k).get_shape()) for k in tensors.keys())
+    return (steps * params * dtype_bytes + kv_tokens * kv_bytes) / bandwidth

@@ -56,7 +56,7 @@ from minisgl.benchmark import (
 )
 
 from .checkpoints import DEFAULT_MODEL, RANDOM_MODEL, resolve_model
-from .scheduler_probes import StepClock, StepTable
+from .scheduler_probes import StepClock, StepTable, decode_floor_s
 
 # The engine's settings of each variant: everything on, then one feature off at a time.
 VARIANTS: dict[str, dict[str, object]] = {
@@ -186,13 +186,24 @@ def report_run(
 
 
 def report_steps(
-    args: argparse.Namespace, name: str, device: str, variant: str, steps: StepTable
+    args: argparse.Namespace,
+    name: str,
+    device: str,
+    variant: str,
+    steps: StepTable,
+    model: Path,
 ) -> None:
-    """Print where a run's time went by step (--step-times), and append it to --json."""
-    for phase, sizes, count, seconds, parts in steps:
+    """Print where a run's time went by step (--step-times), and append it to --json. A
+    decode bucket on a GPU of known bandwidth also gets its floor: the time its steps' bytes
+    (the weights once a step, the KV tokens their attention read) take at that bandwidth."""
+    dtype_bytes = getattr(torch, args.dtype).itemsize
+    for phase, sizes, count, seconds, parts, kv_tokens in steps:
+        floor = decode_floor_s(model, dtype_bytes, device, count, kv_tokens)
+        floor = floor if phase == "decode" else None
         print(
             f"    {phase:<8} batch {sizes:<8} {count:>5} steps {seconds:>8.3f} s  "
             + "  ".join(f"{k} {v:.3f}" for k, v in parts.items())
+            + (f"  floor {floor:.3f} s ({floor / seconds:.0%})" if floor else "")
         )
         if args.json:
             append_result(
@@ -207,6 +218,8 @@ def report_steps(
                     "steps": count,
                     "seconds": seconds,
                     **{f"{k}_s": v for k, v in parts.items()},
+                    "kv_tokens": kv_tokens,
+                    "floor_s": floor,
                 },
             )
 
@@ -321,7 +334,7 @@ def main(argv: list[str]) -> int:
                 runs[variant].append(result)
                 ratio = speedups(results).get(variant)
                 report_run(args, name, work, device, result, ratio, round_)
-                report_steps(args, name, device, variant, steps)
+                report_steps(args, name, device, variant, steps, model)
         if args.repeat > 1:
             report_medians(args, name, work, device, runs)
     return 0

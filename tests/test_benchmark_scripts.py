@@ -5,6 +5,7 @@ from the repository's root, which `python -m pytest` there puts on the path."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -372,14 +373,33 @@ def test_the_step_clock_splits_each_step_of_the_timed_run_into_its_parts() -> No
     with StepClock() as clock, LLM(str(require_model(MODEL)), show_progress=False) as llm:
         llm.generate([[1, 2, 3]], params)  # a warm-up: forgotten by the next generate
         llm.generate([[4, 5, 6, 7], [8, 9]], params)
-    launched = [(phase, size) for phase, size, _, _ in clock.steps if phase != "idle"]
-    assert launched == [("prefill", 2)] + [("decode", 2)] * 4
-    for phase, _, seconds, parts in clock.steps:
+    launched = [(phase, size, kv) for phase, size, _, _, kv in clock.steps if phase != "idle"]
+    # the KV tokens each batch's attention reads: the prompts, then one more a step each
+    decode_steps = [("decode", 2, 4 + k + 2 + k) for k in range(1, 5)]
+    assert launched == [("prefill", 2, 4 + 2)] + decode_steps
+    for phase, _, seconds, parts, _ in clock.steps:
         assert set(parts) <= set(StepClock.PARTS) and sum(parts.values()) <= seconds
         if phase != "idle":
             assert {"schedule", "launch"} <= set(parts)
-    ((phase, sizes, count, seconds, parts), *_) = clock.table()
-    assert (phase, sizes, count) == ("prefill", "1-15", 1) and list(parts) == list(StepClock.PARTS)
+    prefill, decode = clock.table()
+    assert prefill[:3] == ("prefill", "1-15", 1) and list(prefill[4]) == list(StepClock.PARTS)
+    assert decode[:3] == ("decode", "1-15", 4) and decode[5] == sum(kv for *_, kv in decode_steps)
+
+
+def test_the_decode_floor_is_the_weights_once_a_step_and_the_kv_each_token_reads() -> None:
+    """Two steps reading 100 KV tokens on an H100: twice every parameter's bytes, plus 100 K
+    and V rows of every layer, at 3.35 TB/s; no floor for a device of unknown bandwidth."""
+    from benchmark.scheduler_probes import decode_floor_s
+    from safetensors import safe_open
+
+    model = require_model(MODEL)
+    config = json.loads((model / "config.json").read_text())
+    with safe_open(model / "model.safetensors", "pt") as tensors:
+        params = sum(tensors.get_tensor(name).numel() for name in tensors.keys())
+    kv_row = config["num_key_value_heads"] * config["head_dim"]
+    expected = (2 * params * 2 + 100 * 2 * config["num_hidden_layers"] * kv_row * 2) / 3.35e12
+    assert decode_floor_s(model, 2, "NVIDIA H100 80GB HBM3", 2, 100) == pytest.approx(expected)
+    assert decode_floor_s(model, 2, "CPU", 2, 100) is None
 
 
 def test_overlap_share_counts_kernel_time_under_a_later_cpu_step() -> None:
