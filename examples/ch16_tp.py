@@ -105,7 +105,11 @@ def main() -> None:
 
 def h200_results() -> None:
     """The committed two-H200 runs of python -m benchmark tp, and the page's figure of them."""
-    runs = read_results_dir(ROOT / "benchmark" / "results", benchmark="tp")
+    runs = [
+        r
+        for r in read_results_dir(ROOT / "benchmark" / "results", benchmark="tp")
+        if "H200" in r["machine"]  # another GPU's runs are other figures
+    ]
     one = next(r for r in runs if r["tp"] == 1)
     print(f"\non two H200s (benchmark/results/): $ {one['command']}\n  {one['machine']}")
     for r in runs:
