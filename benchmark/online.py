@@ -8,19 +8,20 @@
 
 Requests arrive as a Poisson process at `--rate` requests per second (`inf`: all at once), at
 most `--concurrency` in flight; with `--duration` new requests keep coming until that many
-seconds have passed. Each one streams /v1/completions with `ignore_eos`, so it generates
-exactly `--output-len` tokens (`transformers serve` refuses `ignore_eos`: its requests may stop
-early at EOS). Tokens are counted from the server's `usage`, not from text: a model whose ids
-the tokenizer cannot decode streams tokens without text. Reported: time to first token (TTFT),
-inter-token latency (ITL, the gaps between streamed pieces, the chunks that carry tokens) and
-end-to-end latency, p50 and p99, request and token throughput, errors (HTTP errors, broken
-streams, streams that end before a finish_reason) and, apart from them, the streams that ended
-normally without any text. Each server first answers one short request, timed apart:
-`transformers serve` builds its continuous-batching manager on the first request it gets, a
-one-off that would otherwise land in the first TTFTs. Against a minisgl server it then reads
+seconds have passed. Each one streams /v1/completions with `ignore_eos`, so it generates exactly
+`--output-len` tokens (`transformers serve` refuses `ignore_eos`: its requests may stop early at
+EOS). Tokens are counted from the server's `usage`, not from text: a model whose ids the
+tokenizer cannot decode streams tokens without text. Reported: time to first token (TTFT),
+inter-token latency (ITL, the gaps between streamed pieces, the chunks that carry tokens), the
+time per output token after the first (TPOT, which does not depend on how a server groups tokens
+into chunks) and end-to-end latency, p50 and p99, request and token throughput, errors (HTTP
+errors, broken streams, streams that end before a finish_reason) and, apart from them, the
+streams that ended normally without any text. Each server first answers one short request, timed
+apart: `transformers serve` builds its continuous-batching manager on the first request it gets,
+a one-off that would otherwise land in the first TTFTs. Against a minisgl server it then reads
 /metrics once the server is idle: no request left running, no KV page still in use, and the
-integrity check passed. The client and the metrics are minisgl.benchmark's (chapter 21);
-this script starts and stops the servers.
+integrity check passed. The client and the metrics are minisgl.benchmark's (chapter 21); this
+script starts and stops the servers.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from pathlib import Path
 import httpx
 
 from minisgl.benchmark import append_result, run_load, summarize
+from minisgl.benchmark.metrics import PERCENTILES, RequestResult, percentile
 
 from .checkpoints import ROOT
 
@@ -59,10 +61,25 @@ def print_summary(name: str, summary: dict[str, float]) -> None:
     )
     print(f"  TTFT        p50 {summary['ttft_p50_ms']:.0f} ms, p99 {summary['ttft_p99_ms']:.0f} ms")
     print(f"  ITL         p50 {summary['itl_p50_ms']:.1f} ms, p99 {summary['itl_p99_ms']:.1f} ms")
+    if "tpot_p50_ms" in summary:
+        tpot = f"p50 {summary['tpot_p50_ms']:.2f} ms, p99 {summary['tpot_p99_ms']:.2f} ms"
+        print(f"  TPOT        {tpot}")
     print(
         f"  latency     p50 {summary['latency_p50_ms']:.0f} ms, "
         f"p99 {summary['latency_p99_ms']:.0f} ms"
     )
+
+
+def time_per_output_token(results: list[RequestResult]) -> dict[str, float]:
+    """TPOT percentiles in ms: each request's time from its first piece to its end over its
+    tokens after the first. Unlike ITL it does not depend on how a server groups tokens into
+    chunks (upstream sends the chunks that queued up one right after the other)."""
+    tpot = [
+        (r.latency_s - r.ttft_s) / (r.output_tokens - 1)
+        for r in results
+        if r.ok and r.piece_s and r.output_tokens > 1
+    ]
+    return {f"tpot_p{q}_ms": percentile(tpot, q) * 1e3 for q in PERCENTILES}
 
 
 def idle_metrics(url: str, headers: dict[str, str] | None = None) -> dict[str, float] | None:
@@ -210,7 +227,7 @@ def run_one(
             extra=extra,
         )
     )
-    summary = summarize(results, seconds)
+    summary = summarize(results, seconds) | time_per_output_token(results)
     print_summary(name, summary)
     print(f"  warm-up     one request before the load: {warm_up_s:.1f} s")
     for error in sorted({r.error for r in results if not r.ok})[:5]:

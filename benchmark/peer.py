@@ -45,10 +45,9 @@ from typing import Any
 import torch
 
 from minisgl.benchmark import append_result, run_load, summarize
-from minisgl.benchmark.metrics import PERCENTILES, RequestResult, percentile
 
 from .checkpoints import RANDOM_MODEL, ROOT, resolve_model
-from .online import free_port, launch, print_summary, stop, warm_up
+from .online import free_port, launch, print_summary, stop, time_per_output_token, warm_up
 
 PEER_COMMIT = "20fcd7f"  # sgl-project/mini-sglang, 2025: "Fix race condition in flashinfer backend"
 PEER_TREE = ROOT / ".peer" / "mini-sglang"
@@ -113,18 +112,6 @@ def single(engine: str, tree: Path, model: Path) -> dict[str, Any]:
     return json.loads(run(engine, tree, cmd).strip().splitlines()[-1])
 
 
-def time_per_output_token(results: list[RequestResult]) -> dict[str, float]:
-    """TPOT percentiles in ms: each request's time from its first piece to its end over its
-    tokens after the first. Unlike ITL it does not depend on how a server groups tokens into
-    chunks (upstream sends the chunks that queued up one right after the other)."""
-    tpot = [
-        (r.latency_s - r.ttft_s) / (r.output_tokens - 1)
-        for r in results
-        if r.ok and r.piece_s and r.output_tokens > 1
-    ]
-    return {f"tpot_p{q}_ms": percentile(tpot, q) * 1e3 for q in PERCENTILES}
-
-
 def online(engine: str, tree: Path, model: Path, loads: list[tuple[int, int]]) -> list[dict]:
     """One server of the engine under each load (streams, requests): the client's summary."""
     port = free_port()
@@ -146,8 +133,6 @@ def online(engine: str, tree: Path, model: Path, loads: list[tuple[int, int]]) -
             )
             summary = summarize(results, seconds) | time_per_output_token(results)
             print_summary(f"{engine}, {streams} streams", summary)
-            tpot = f"p50 {summary['tpot_p50_ms']:.2f} ms, p99 {summary['tpot_p99_ms']:.2f} ms"
-            print(f"  TPOT        {tpot}")
             summaries.append(dict(summary, streams=streams, server_command=" ".join(cmd[1:])))
     finally:
         stop(server)

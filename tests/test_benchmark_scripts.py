@@ -211,6 +211,7 @@ def test_online_launches_a_server_and_appends_its_figures(tmp_path: Path) -> Non
     assert record["errors"] == 0 and record["streams_without_text"] == 0
     assert record["output_tokens"] == 64 and record["pages_in_use_after"] == 0
     assert record["ttft_p50_ms"] <= record["ttft_p99_ms"]
+    assert 0 < record["tpot_p50_ms"] <= record["tpot_p99_ms"]
     assert_provenance(record, "online")
 
 
