@@ -105,11 +105,7 @@ def main() -> None:
 
 def h200_results() -> None:
     """The committed two-H200 runs of python -m benchmark tp, and the page's figure of them."""
-    runs = [
-        r
-        for r in read_results_dir(ROOT / "benchmark" / "results", benchmark="tp")
-        if "H200" in r["machine"]  # another GPU's runs are other figures
-    ]
+    runs = read_results_dir(ROOT / "benchmark" / "results", on="H200", benchmark="tp")
     one = next(r for r in runs if r["tp"] == 1)
     print(f"\non two H200s (benchmark/results/): $ {one['command']}\n  {one['machine']}")
     for r in runs:

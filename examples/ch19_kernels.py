@@ -267,11 +267,7 @@ else:
 
 # %%
 results = ROOT / "benchmark" / "results"
-steps = [  # the H200's runs: other GPUs' lines in the same files are other machines' figures
-    r
-    for r in read_results_dir(results, benchmark="decode_step", variant="graphs")
-    if "H200" in r["machine"]
-]
+steps = read_results_dir(results, on="H200", benchmark="decode_step", variant="graphs")
 newest = max(r["date"] for r in steps)
 print(f"$ {steps[-1]['command']}\n  {steps[-1]['machine']}, {newest[:10]}")
 for row in (r for r in steps if r["date"][:16] == newest[:16]):

@@ -124,8 +124,7 @@ def main() -> None:
 def h200_results() -> None:
     """The committed H200 runs of `python -m benchmark moe`, and the page's layer-time figure."""
     results = ROOT / "benchmark" / "results"
-    # the H200's lines: another GPU's runs in the same files are other figures
-    layers = [r for r in read_results_dir(results, benchmark="moe-layer") if "H200" in r["machine"]]
+    layers = read_results_dir(results, on="H200", benchmark="moe-layer")
     print(f"\none MoE layer's experts on an H200 (benchmark/results/): $ {layers[0]['command']}")
     for r in layers:
         print(
@@ -134,9 +133,7 @@ def h200_results() -> None:
             f"{r['torch_ms'] / r['fused_ms']:.1f}x; weight-read floor "
             f"{r['weight_read_floor_ms']:.3f} ms; relative error {r['relative_error']:.1e}"
         )
-    offline = [
-        r for r in read_results_dir(results, benchmark="moe-offline") if "H200" in r["machine"]
-    ]
+    offline = read_results_dir(results, on="H200", benchmark="moe-offline")
     for model in dict.fromkeys(r["model"] for r in offline):  # each depth run, in file order
         runs = [r for r in offline if r["model"] == model]
         print(f"the offline workload, {model}: $ {runs[0]['command']}")

@@ -71,12 +71,9 @@ print(
 # committed H200 results, grouped by the command that produced them.
 
 # %%
-# the H200's lines: another GPU's runs in the same files are other machines' figures
-official = [
-    r
-    for r in read_results_dir(ROOT / "benchmark" / "results", benchmark="offline")
-    if r.get("workload") == "official" and "H200" in r["machine"]
-]
+official = read_results_dir(
+    ROOT / "benchmark" / "results", on="H200", benchmark="offline", workload="official"
+)
 spec = WORKLOADS["official"]
 print(
     f"\nofficial workload: {spec.num_requests} requests, input and output lengths uniform in "

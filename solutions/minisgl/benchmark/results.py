@@ -63,12 +63,14 @@ def read_results(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def read_results_dir(folder: Path, **fields: Any) -> list[dict[str, Any]]:
-    """The records of every results file in `folder` (in name order) whose `fields` match,
-    e.g. read_results_dir(folder, benchmark="tp")."""
+def read_results_dir(folder: Path, on: str | None = None, **fields: Any) -> list[dict[str, Any]]:
+    """The records of every results file in `folder` (in name order) whose `fields` match and,
+    with `on`, whose machine's description holds it: read_results_dir(folder, on="H200",
+    benchmark="tp") takes the H200 runs, not another GPU's figures in the same files."""
     return [
         record
         for path in sorted(folder.glob("*.jsonl"))
         for record in read_results(path)
         if all(record.get(key) == value for key, value in fields.items())
+        and (on is None or on in record.get("machine", ""))
     ]
