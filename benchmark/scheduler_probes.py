@@ -8,7 +8,7 @@ rename of the scheduler's internals changes this module alone.
 
 from __future__ import annotations
 
-import json
+import functools
 import math
 import time
 from collections.abc import Callable, Iterable
@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from unittest import mock
 
 from safetensors import safe_open
+
+from minisgl.models.config import ModelConfig
 
 if TYPE_CHECKING:
     from minisgl.engine import ForwardOutput
@@ -188,20 +190,26 @@ def decode_floor_s(
     model: Path, dtype_bytes: int, device: str, steps: int, kv_tokens: int
 ) -> float | None:
     """The least time `steps` decode steps reading `kv_tokens` KV tokens in all could take on
-    `device`: every step reads the weights once (the checkpoint's size in `dtype_bytes`, the
-    tied LM head once; an untied model's embedding table counts whole, though a step reads only
-    its tokens' rows), and attention reads each KV token's K and V in every layer. None for a
-    device whose bandwidth BANDWIDTH does not know (the CPU)."""
+    `device`: every step reads the weights once, and attention reads each KV token's K and V
+    in every layer (`decode_bytes`). None for a device whose bandwidth BANDWIDTH does not know
+    (the CPU)."""
     bandwidth = next((b for name, b in BANDWIDTH.items() if name in device), None)
     if bandwidth is None:
         return None
-    config = json.loads((model / "config.json").read_text())
-    heads = config["num_attention_heads"]
-    head_dim = config.get("head_dim") or config["hidden_size"] // heads
-    kv_heads = config.get("num_key_value_heads", heads)
-    kv_bytes = 2 * config["num_hidden_layers"] * kv_heads * head_dim * dtype_bytes
+    step_bytes, token_bytes = decode_bytes(model, dtype_bytes)
+    return (steps * step_bytes + kv_tokens * token_bytes) / bandwidth
+
+
+@functools.cache
+def decode_bytes(model: Path, dtype_bytes: int) -> tuple[int, int]:
+    """(the weights' bytes a decode step reads, the K and V bytes of one token in every layer),
+    read once per model. The weights are the checkpoint's parameters in `dtype_bytes`, a tied LM
+    head once; an untied model's embedding table counts whole, though a step reads only its
+    tokens' rows."""
+    config = ModelConfig.from_dir(model)
+    token_bytes = 2 * config.num_layers * config.num_kv_heads * config.head_dim * dtype_bytes
     params = 0
     for file in model.glob("*.safetensors"):
         with safe_open(file, "pt") as tensors:  # reads the header, not the tensors
             params += sum(math.prod(tensors.get_slice(k).get_shape()) for k in tensors.keys())
-    return (steps * params * dtype_bytes + kv_tokens * kv_bytes) / bandwidth
+    return params * dtype_bytes, token_bytes

@@ -198,8 +198,9 @@ def report_steps(
     (the weights once a step, the KV tokens their attention read) take at that bandwidth."""
     dtype_bytes = getattr(torch, args.dtype).itemsize
     for phase, sizes, count, seconds, parts, kv_tokens in steps:
-        floor = decode_floor_s(model, dtype_bytes, device, count, kv_tokens)
-        floor = floor if phase == "decode" else None
+        floor = None
+        if phase == "decode":
+            floor = decode_floor_s(model, dtype_bytes, device, count, kv_tokens)
         print(
             f"    {phase:<8} batch {sizes:<8} {count:>5} steps {seconds:>8.3f} s  "
             + "  ".join(f"{k} {v:.3f}" for k, v in parts.items())
