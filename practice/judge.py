@@ -47,6 +47,7 @@ from course.manifest import Course
 from course.paths import MODELS, PRACTICE, PYTHON, ROOT
 from course.practice import can_import, runs_ok
 from course.practice import grade as grade_in_sandbox
+from course.warm import prefer_warm_runs
 from course.problems import ENVS, TIMEOUTS, Problem, ProblemError, derived_starter, find_problem
 from course.problems import solution_source
 from course.problems import load_problems as load_problems_in
@@ -248,6 +249,7 @@ def graded_solution(problem: Problem, folder: Path) -> Path:
 
 def cmd_check(args: argparse.Namespace) -> int:
     started = time.monotonic()
+    prefer_warm_runs()  # two runs a problem: each forked from one that imported pytest and torch
     problems = [
         p
         for p in load_problems(args.problems)

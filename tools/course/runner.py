@@ -1,10 +1,11 @@
 """Sandboxed runs: a chapter main or a test file in a subprocess, never trusted to end.
 
 Every run is its own process group, killed whole at its timeout or when the user presses
-Ctrl-C, so no process of a hanging or crashing student tree outlives the judge. Tests run under
-pytest with our plugin (pytest_plugin.py), which writes a record as they run: each test when it
-starts, with its time limit, and its result when it ends. The judge reads the record while the
-tests run, so it
+Ctrl-C, so no process of a hanging or crashing student tree outlives the judge. (The commands
+that make many runs start them warm, forked from a server that imported torch once: course.warm.)
+Tests run under pytest with our plugin (pytest_plugin.py), which writes a record as they run:
+each test when it starts, with its time limit, and its result when it ends. The judge reads the
+record while the tests run, so it
 - kills a test that overran its limit even when it is stuck in native code, where the plugin's
   own timeout cannot reach it (the test fails, named, with every thread's stack, and the run
   stops there, as for a test stuck in Python);
@@ -22,11 +23,16 @@ import secrets
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing.process import BaseProcess
 from pathlib import Path
+
+from course import warm
+from course.warm import warm_runs_available
 
 TOOLS = Path(__file__).resolve().parent.parent
 TIMEOUT_MARK = "Timeout >"  # how a test stopped at its limit is named (the plugin or the judge)
@@ -97,7 +103,8 @@ class Process:
 # Every process group run_process has started and not yet reaped, from every thread: the
 # tools run tests in thread pools (mutants, chapters, students), and a Ctrl-C reaches only the
 # main thread, so the groups the workers wait on are killed from here (end_all_runs).
-RUNNING: set[subprocess.Popen] = set()
+Started = subprocess.Popen | BaseProcess  # a fresh interpreter, or a warm fork (course.warm)
+RUNNING: set[Started] = set()
 ENDING = threading.Event()  # set once the tool is stopping: run_process starts nothing more
 
 
@@ -123,6 +130,34 @@ def end_runs_on_interrupt() -> None:
         signal.signal(signum, interrupt)
 
 
+def start_process(cmd: list[str], cwd: Path, env: dict[str, str], out: Path, err: Path) -> Started:
+    """Start cmd in its own process group, stdout and stderr into `out` and `err`: warm when it
+    is this Python (course.warm), else a fresh process."""
+    if cmd[0] == sys.executable and len(cmd) > 1 and warm_runs_available():
+        return warm.start(cmd[1:], cwd, env, out, err)
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        return subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,
+        )
+
+
+def wait_process(proc: Started, timeout: float | None) -> int | None:
+    """The exit status of `proc` once it ends, waiting at most `timeout` s (None: still running)."""
+    if isinstance(proc, subprocess.Popen):
+        try:
+            return proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+    proc.join(timeout)
+    return proc.exitcode
+
+
 def run_process(
     cmd: list[str],
     cwd: Path,
@@ -139,57 +174,52 @@ def run_process(
     if ENDING.is_set():
         raise KeyboardInterrupt  # the tool is stopping (end_all_runs)
     start = time.monotonic()
-    proc = subprocess.Popen(
-        cmd,
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        errors="replace",
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    RUNNING.add(proc)
-    if ENDING.is_set():  # stopped while this one was starting
-        kill_group(proc)
-    try:
-        while True:
-            try:
-                # A communicate() that timed out can be called again without losing output.
-                out, err = proc.communicate(timeout=POLL_S if overran else timeout)
+    with tempfile.TemporaryDirectory(prefix="minisgl-run-") as folder:
+        out, err = Path(folder, "stdout"), Path(folder, "stderr")
+        proc = start_process(cmd, cwd, env, out, err)
+        RUNNING.add(proc)
+        if ENDING.is_set():  # stopped while this one was starting
+            kill_group(proc)
+        returncode = None
+        try:
+            while returncode is None:
+                returncode = wait_process(proc, POLL_S if overran else timeout)
                 if ENDING.is_set():  # killed by end_all_runs: its result means nothing
                     raise KeyboardInterrupt
-                return Process(proc.returncode, out, err, time.monotonic() - start)
-            except subprocess.TimeoutExpired:
-                if time.monotonic() - start >= timeout or (overran is not None and overran()):
+                if returncode is None and (
+                    time.monotonic() - start >= timeout or (overran is not None and overran())
+                ):
                     break
-        if dump_stacks:
-            signal_process(proc, DUMP_SIGNAL)
-            time.sleep(DUMP_WAIT_S)
-        kill_group(proc)
-        out, err = proc.communicate()
-    except KeyboardInterrupt:
-        kill_group(proc)
-        proc.communicate()
-        raise
-    finally:
-        RUNNING.discard(proc)
-    return Process(None, out, err, time.monotonic() - start)
+            if returncode is None:
+                if dump_stacks:
+                    signal_process(proc, DUMP_SIGNAL)
+                    time.sleep(DUMP_WAIT_S)
+                kill_group(proc)
+                wait_process(proc, None)
+        except KeyboardInterrupt:
+            kill_group(proc)
+            wait_process(proc, None)
+            raise
+        finally:
+            RUNNING.discard(proc)
+        stdout, stderr = (path.read_text("utf-8", errors="replace") for path in (out, err))
+    return Process(returncode, stdout, stderr, time.monotonic() - start)
 
 
-def signal_process(proc: subprocess.Popen, signum: int) -> None:
+def signal_process(proc: Started, signum: int) -> None:
     try:
         os.kill(proc.pid, signum)
     except ProcessLookupError:
         pass
 
 
-def kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: Started) -> None:
+    """Kill the process and every process of its group (a warm run killed before its first
+    line, setsid, has no group yet: then the process alone, which has started nothing)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
-        pass
+        signal_process(proc, signal.SIGKILL)
 
 
 def sandbox_env(pythonpath: Path, jobs: int = 1, **extra: str) -> dict[str, str]:

@@ -1,0 +1,85 @@
+"""Warm runs (tools/course/warm.py): a run forked from the server that imported torch behaves
+as `python ARGS` would in a fresh interpreter: its directory, environment, import path, argv,
+threads, output and exit status; a crash is a negative status, and a run past its limit is
+killed with every process it started."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from course import warm
+from course.runner import run_process
+
+
+@pytest.fixture(autouse=True)
+def warm_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(warm.COLD_ENV, raising=False)
+    monkeypatch.setattr(warm, "WANTED", type(warm.WANTED)())
+    warm.prefer_warm_runs()
+    assert warm.warm_runs_available()
+
+
+def env_with(**extra: str) -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | extra
+
+
+def test_a_warm_run_is_the_interpreter_its_arguments_ask_for(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    (tree / "probe_pkg").mkdir(parents=True)
+    (tree / "probe_pkg" / "__init__.py").write_text("WHERE = __file__\n")
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import json, os, sys, torch, probe_pkg\n"
+        "print(json.dumps({'argv': sys.argv, 'cwd': os.getcwd(), 'path0': sys.path[:2],\n"
+        "    'var': os.environ.get('PROBE_VAR'), 'threads': torch.get_num_threads(),\n"
+        "    'pkg': probe_pkg.WHERE, 'main': __name__}))\n"
+        "print('to stderr', file=sys.stderr)\n"
+        "sys.exit(3)\n"
+    )
+    env = env_with(PYTHONPATH=str(tree), PROBE_VAR="yes", OMP_NUM_THREADS="1")
+    done = run_process([sys.executable, str(script), "a", "b"], tmp_path, env, 60)
+    assert done.returncode == 3 and done.stderr.strip() == "to stderr", done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["argv"] == [str(script), "a", "b"] and seen["main"] == "__main__"
+    assert seen["cwd"] == str(tmp_path) and seen["var"] == "yes" and seen["threads"] == 1
+    assert seen["path0"] == [str(tmp_path), str(tree)]
+    assert seen["pkg"] == str(tree / "probe_pkg" / "__init__.py")
+    module = run_process([sys.executable, "-m", "probe_pkg"], tmp_path, env, 60)
+    assert module.returncode == 1 and "No module named probe_pkg.__main__" in module.stderr
+    code = run_process(
+        [sys.executable, "-c", "import sys; print(sys.argv)", "x"], tmp_path, env, 60
+    )
+    assert code.returncode == 0 and code.stdout.strip() == "['-c', 'x']"
+
+
+def test_a_warm_run_that_crashes_has_the_signals_status(tmp_path: Path) -> None:
+    crash = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"
+    done = run_process([sys.executable, "-c", crash], tmp_path, env_with(), 60)
+    assert done.returncode == -signal.SIGSEGV
+
+
+def test_a_warm_run_past_its_limit_is_killed_with_its_children(tmp_path: Path) -> None:
+    pid_file = tmp_path / "child.pid"
+    hang = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(600)\n"
+    )
+    started = time.monotonic()
+    done = run_process([sys.executable, "-c", hang], tmp_path, env_with(), 8)
+    assert done.returncode is None and time.monotonic() - started < 30
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while (
+        Path(f"/proc/{child}").exists()
+        and "Z" not in Path(f"/proc/{child}/stat").read_text().split()[2]
+    ):
+        assert time.monotonic() < deadline, "the run's child outlived it"
+        time.sleep(0.1)

@@ -1,0 +1,146 @@
+"""Python runs started warm: forked from a server that has imported torch, pytest and
+hypothesis once, rather than a fresh interpreter importing them again for every run.
+
+Those imports take 2 to 4 s a run on a 2-core machine, which is most of a stub's test run and of
+a practice problem's; `steps.py check` makes about 80 runs and `judge.py check` 182. The server
+is multiprocessing's "forkserver": started by a tool on its first run, single-threaded, never
+touching CUDA or Triton (TRITON_INTERPRET must still be chosen by each run), and gone when the
+tool ends.
+
+Only the commands that make many runs ask for warm ones (`steps.py check`, `mutate`, `grade`,
+`judge.py check`: `prefer_warm_runs`): a student's `test` makes one or two, in parallel, and
+starting the server first would cost what it saves.
+
+A warm run is what `python ARGS` would be (`-m module`, `-c code` or a script path): its own
+session and process group, its own working directory, environment (PYTHONPATH placed on the
+import path as the interpreter places it, torch's threads from OMP_NUM_THREADS), stdin from
+/dev/null, stdout and stderr into files, its exit status that of the code (a signal's death a
+negative status). MINISGL_COLD_RUNS=1, or a platform without fork, starts every run fresh.
+"""
+
+from __future__ import annotations
+
+import atexit
+import builtins
+import functools
+import importlib
+import json
+import multiprocessing
+import os
+import runpy
+import subprocess
+import sys
+import threading
+import traceback
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+
+PRELOAD = ["torch", "numpy", "pytest", "hypothesis", "transformers"]
+COLD_ENV = "MINISGL_COLD_RUNS"
+WANTED = threading.Event()  # set by prefer_warm_runs: this tool's runs start warm
+
+
+def prefer_warm_runs() -> None:
+    """From now on, this tool's Python runs start warm (where warm_runs_available)."""
+    WANTED.set()
+
+
+def warm_runs_available() -> bool:
+    """Runs start warm once the tool asked for it (prefer_warm_runs), unless MINISGL_COLD_RUNS
+    is set or the platform cannot fork."""
+    cold = os.environ.get(COLD_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    forks = "forkserver" in multiprocessing.get_all_start_methods()
+    return WANTED.is_set() and not cold and forks
+
+
+@functools.cache
+def base_path() -> list[str]:
+    """The import path a fresh interpreter has without PYTHONPATH, its first entry (the
+    script's folder, or the working directory) aside: the standard library, site-packages and
+    what .pth files add (the editable install's solutions/)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    probe = "import json, sys; print(json.dumps(sys.path[1:]))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+    )
+    return json.loads(done.stdout)
+
+
+@functools.cache
+def context() -> multiprocessing.context.BaseContext:
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
+def start(args: list[str], cwd: Path, env: dict[str, str], out: Path, err: Path) -> BaseProcess:
+    """Start `python *args` warm (the server starts on the first call); its stdout and stderr
+    go to the files `out` and `err`. The returned process's pid leads its own process group."""
+    process = context().Process(
+        target=run_as_interpreter,
+        args=(args, str(cwd), env, str(out), str(err), base_path()),
+        daemon=False,
+    )
+    process.start()
+    return process
+
+
+def run_as_interpreter(
+    args: list[str], cwd: str, env: dict[str, str], out: str, err: str, base: list[str]
+) -> None:
+    """In the forked child: become `python *args` in a session of its own, and exit with its
+    status (never returning into multiprocessing, whose exit would not run atexit's hooks)."""
+    os.setsid()
+    stdin = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(stdin, 0)
+    for fd, path in ((1, out), (2, err)):
+        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(target, fd)
+        os.close(target)
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
+    if env.get("OMP_NUM_THREADS", "").isdigit():  # the server's OpenMP read its own value
+        import torch
+
+        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
+    first = os.path.dirname(os.path.abspath(args[0])) if args[0] not in ("-m", "-c") else cwd
+    entries = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    sys.path[:] = [first, *entries, *base]
+    importlib.invalidate_caches()
+    status = interpret(args)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed by the code: nothing left to write
+            pass
+    os._exit(status)
+
+
+def interpret(args: list[str]) -> int:
+    """Run `python *args` in this process, as the interpreter would; its exit status."""
+    try:
+        if args[0] == "-m":
+            sys.argv = [args[1], *args[2:]]
+            runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+        elif args[0] == "-c":
+            sys.argv = ["-c", *args[2:]]
+            code = compile(args[1], "<string>", "exec")
+            exec(code, {"__name__": "__main__", "__builtins__": builtins})
+        else:
+            sys.argv = list(args)
+            runpy.run_path(args[0], run_name="__main__")
+    except SystemExit as stop:
+        if stop.code is None or isinstance(stop.code, int):
+            return stop.code or 0
+        print(stop.code, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        return 130
+    except BaseException:
+        traceback.print_exc()
+        return 1
+    return 0
