@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from course import warm
+from course.outputs import another_cpu
 from course.runner import run_process
 
 
@@ -83,3 +84,12 @@ def test_a_warm_run_past_its_limit_is_killed_with_its_children(tmp_path: Path) -
     ):
         assert time.monotonic() < deadline, "the run's child outlived it"
         time.sleep(0.1)
+
+
+def test_a_run_on_another_cpus_arithmetic_starts_cold() -> None:
+    """torch may read ATEN_CPU_CAPABILITY (and MKL's, oneDNN's) when it loads: the server's
+    torch would ignore the run's, so such a run is a fresh interpreter."""
+    same = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH="/elsewhere")
+    assert warm.warm_runs_available(same)
+    assert not warm.warm_runs_available(dict(same, ATEN_CPU_CAPABILITY="default"))
+    assert warm.loaded_otherwise(another_cpu()) == sorted(another_cpu())

@@ -133,7 +133,7 @@ def end_runs_on_interrupt() -> None:
 def start_process(cmd: list[str], cwd: Path, env: dict[str, str], out: Path, err: Path) -> Started:
     """Start cmd in its own process group, stdout and stderr into `out` and `err`: warm when it
     is this Python (course.warm), else a fresh process."""
-    if cmd[0] == sys.executable and len(cmd) > 1 and warm_runs_available():
+    if cmd[0] == sys.executable and len(cmd) > 1 and warm_runs_available(env):
         return warm.start(cmd[1:], cwd, env, out, err)
     with out.open("wb") as stdout, err.open("wb") as stderr:
         return subprocess.Popen(

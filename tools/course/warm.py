@@ -36,6 +36,21 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 PRELOAD = ["torch", "numpy", "pytest", "hypothesis", "transformers"]
+# Variables those libraries may read once, when they load (another CPU's arithmetic path,
+# outputs.another_cpu; thread pools; the model hub's settings). A run that sets one of them
+# otherwise than the tool's environment starts cold. OMP_NUM_THREADS is the exception that
+# the child applies itself.
+READ_AT_LOAD = (
+    "ATEN_",
+    "MKL_",
+    "DNNL_",
+    "OMP_",
+    "KMP_",
+    "TORCH_",
+    "PYTORCH_",
+    "HF_",
+    "TRANSFORMERS_",
+)
 COLD_ENV = "MINISGL_COLD_RUNS"
 WANTED = threading.Event()  # set by prefer_warm_runs: this tool's runs start warm
 
@@ -45,12 +60,21 @@ def prefer_warm_runs() -> None:
     WANTED.set()
 
 
-def warm_runs_available() -> bool:
-    """Runs start warm once the tool asked for it (prefer_warm_runs), unless MINISGL_COLD_RUNS
-    is set or the platform cannot fork."""
+def warm_runs_available(env: dict[str, str] | None = None) -> bool:
+    """Runs (with environment `env`) start warm once the tool asked for it (prefer_warm_runs),
+    unless MINISGL_COLD_RUNS is set, the platform cannot fork, or `env` changes a variable of
+    READ_AT_LOAD."""
     cold = os.environ.get(COLD_ENV, "").strip().lower() in ("1", "true", "yes", "on")
     forks = "forkserver" in multiprocessing.get_all_start_methods()
-    return WANTED.is_set() and not cold and forks
+    return WANTED.is_set() and not cold and forks and not loaded_otherwise(env or {})
+
+
+def loaded_otherwise(env: dict[str, str]) -> list[str]:
+    """The variables of READ_AT_LOAD that `env` sets otherwise than this tool's environment."""
+    names = {name for name in (*env, *os.environ) if name.startswith(READ_AT_LOAD)}
+    return sorted(
+        name for name in names - {"OMP_NUM_THREADS"} if env.get(name) != os.environ.get(name)
+    )
 
 
 @functools.cache
