@@ -93,3 +93,18 @@ def test_a_run_on_another_cpus_arithmetic_starts_cold() -> None:
     assert warm.warm_runs_available(same)
     assert not warm.warm_runs_available(dict(same, ATEN_CPU_CAPABILITY="default"))
     assert warm.loaded_otherwise(another_cpu()) == sorted(another_cpu())
+
+
+@pytest.mark.parametrize("tool", ["tools/steps.py", "practice/judge.py"])
+def test_a_tool_imported_again_in_a_warm_run_loads_no_minisgl(tool: str) -> None:
+    """multiprocessing imports the tool's script in each child (as __mp_main__) before the run
+    starts: it must not load a minisgl, which would shadow the tree under test."""
+    root = Path(__file__).resolve().parent.parent
+    probe = (
+        "import runpy, sys\n"
+        f"runpy.run_path({str(root / tool)!r}, run_name='__mp_main__')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'minisgl'))\n"
+    )
+    env = env_with(PYTHONPATH=str(root / "tools"))
+    done = run_process([sys.executable, "-c", probe], root, env, 60)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr

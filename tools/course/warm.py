@@ -92,6 +92,9 @@ def base_path() -> list[str]:
 
 @functools.cache
 def context() -> multiprocessing.context.BaseContext:
+    """The forkserver, importing PRELOAD when it starts. (multiprocessing also imports the
+    tool's script in each child, as `__mp_main__`: steps.py and judge.py are guarded mains
+    that import no minisgl, which tests/test_warm_runs.py checks, in about 0.07 s.)"""
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
     return ctx
