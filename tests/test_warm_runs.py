@@ -108,3 +108,11 @@ def test_a_tool_imported_again_in_a_warm_run_loads_no_minisgl(tool: str) -> None
     env = env_with(PYTHONPATH=str(root / "tools"))
     done = run_process([sys.executable, "-c", probe], root, env, 60)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_a_warm_run_finds_torch_loaded_and_triton_not(tmp_path: Path) -> None:
+    """The server's imports are the run's (that is the point), but never triton's: a run must
+    still choose Triton's interpreter before triton is first imported (tests/conftest.py)."""
+    probe = "import sys; print('torch' in sys.modules, 'triton' in sys.modules)"
+    done = run_process([sys.executable, "-c", probe], tmp_path, env_with(), 60)
+    assert done.returncode == 0 and done.stdout.split() == ["True", "False"], done.stderr

@@ -35,6 +35,9 @@ import traceback
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
+# None of them may import triton: Triton's interpreter (TRITON_INTERPRET=1, which the tests set
+# on a CPU) must be chosen before triton is imported, or interpreted kernels that call other
+# @triton.jit functions fail (transformers' Auto* classes import it, so they stay out).
 PRELOAD = ["torch", "numpy", "pytest", "hypothesis", "transformers"]
 # Variables those libraries may read once, when they load (another CPU's arithmetic path,
 # outputs.another_cpu; thread pools; the model hub's settings). A run that sets one of them
