@@ -63,14 +63,19 @@ def kernel_page_gather(device: torch.device) -> Callable[..., torch.Tensor] | No
 
 def use_kernel_layers(engine: Engine) -> None:
     """Fuse the model's small layers and store its output projections column-major, for 16-bit
-    models (float32 keeps chapter 2's arithmetic)."""
+    models (float32 keeps chapter 2's arithmetic); with MINISGL_FEW_ROWS_LINEAR=1 also give its
+    projections the few-rows kernel (opt-in until a GPU has measured it against cuBLAS)."""
     if not uses_kernels(engine.device):
         return
     if engine.dtype in (torch.float16, torch.bfloat16):
+        from minisgl.kernels.few_rows_linear import FewRowsLinear
         from minisgl.kernels.fused_layers import fuse_layers, store_column_major
+        from minisgl.layers import Linear
 
         fuse_layers(engine.model)
         store_column_major(engine.model)
+        if ENV.FEW_ROWS_LINEAR:
+            fuse_layers(engine.model, {Linear: FewRowsLinear})
 
 
 TRITON_KERNELS = EngineExtension(configure=use_kernel_parts, finish=use_kernel_layers)
