@@ -7,9 +7,9 @@ is multiprocessing's "forkserver": started by a tool on its first run, single-th
 touching CUDA or Triton (TRITON_INTERPRET must still be chosen by each run), and gone when the
 tool ends.
 
-Only the commands that make many runs ask for warm ones (`steps.py check`, `mutate`, `grade`,
-`judge.py check`: `prefer_warm_runs`): a student's `test` makes one or two, in parallel, and
-starting the server first would cost what it saves.
+Only the commands that make many runs ask for warm ones (`steps.py check`, `capture`, `mutate`,
+`grade`, `judge.py check`: `prefer_warm_runs`): a student's `test` makes one or two, in
+parallel, and starting the server first would cost what it saves.
 
 A warm run is what `python ARGS` would be (`-m module`, `-c code` or a script path): its own
 session and process group, its own working directory, environment (PYTHONPATH placed on the
@@ -64,12 +64,13 @@ def prefer_warm_runs() -> None:
 
 
 def warm_runs_available(env: dict[str, str] | None = None) -> bool:
-    """Runs (with environment `env`) start warm once the tool asked for it (prefer_warm_runs),
-    unless MINISGL_COLD_RUNS is set, the platform cannot fork, or `env` changes a variable of
-    READ_AT_LOAD."""
+    """Runs (with environment `env`, by default the tool's) start warm once the tool asked for it
+    (prefer_warm_runs), unless MINISGL_COLD_RUNS is set, the platform cannot fork, or `env`
+    changes a variable of READ_AT_LOAD."""
     cold = os.environ.get(COLD_ENV, "").strip().lower() in ("1", "true", "yes", "on")
     forks = "forkserver" in multiprocessing.get_all_start_methods()
-    return WANTED.is_set() and not cold and forks and not loaded_otherwise(env or {})
+    changed = loaded_otherwise(dict(os.environ) if env is None else env)
+    return WANTED.is_set() and not cold and forks and not changed
 
 
 def loaded_otherwise(env: dict[str, str]) -> list[str]:
