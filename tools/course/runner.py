@@ -32,7 +32,6 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from course import warm
-from course.warm import warm_runs_available
 
 TOOLS = Path(__file__).resolve().parent.parent
 TIMEOUT_MARK = "Timeout >"  # how a test stopped at its limit is named (the plugin or the judge)
@@ -133,7 +132,7 @@ def end_runs_on_interrupt() -> None:
 def start_process(cmd: list[str], cwd: Path, env: dict[str, str], out: Path, err: Path) -> Started:
     """Start cmd in its own process group, stdout and stderr into `out` and `err`: warm when it
     is this Python (course.warm), else a fresh process."""
-    if cmd[0] == sys.executable and len(cmd) > 1 and warm_runs_available(env):
+    if cmd[0] == sys.executable and len(cmd) > 1 and warm.warm_runs_available(env):
         return warm.start(cmd[1:], cwd, env, out, err)
     with out.open("wb") as stdout, err.open("wb") as stderr:
         return subprocess.Popen(

@@ -69,13 +69,12 @@ def use_kernel_layers(engine: Engine) -> None:
         return
     if engine.dtype in (torch.float16, torch.bfloat16):
         from minisgl.kernels.few_rows_linear import FewRowsLinear
-        from minisgl.kernels.fused_layers import fuse_layers, store_column_major
+        from minisgl.kernels.fused_layers import FUSED_CLASSES, fuse_layers, store_column_major
         from minisgl.layers import Linear
 
-        fuse_layers(engine.model)
+        few_rows = {Linear: FewRowsLinear} if ENV.FEW_ROWS_LINEAR else {}
+        fuse_layers(engine.model, FUSED_CLASSES | few_rows)
         store_column_major(engine.model)
-        if ENV.FEW_ROWS_LINEAR:
-            fuse_layers(engine.model, {Linear: FewRowsLinear})
 
 
 TRITON_KERNELS = EngineExtension(configure=use_kernel_parts, finish=use_kernel_layers)

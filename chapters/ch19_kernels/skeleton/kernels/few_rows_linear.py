@@ -30,9 +30,14 @@ FEW_ROWS = 4  # inputs of up to this many rows take the kernel; more go to cuBLA
 CONFIGS: dict[int, tuple[int, int, int]] = {1: (16, 256, 4), 2: (16, 128, 4), 4: (16, 64, 4)}
 
 
+def rows_block(rows: int) -> int:
+    """The kernel's ROWS for an input of `rows` rows: the power of two at or above."""
+    return triton.next_power_of_2(max(1, rows))
+
+
 def tiling(rows: int) -> tuple[int, int, int]:
     """(BLOCK_N, BLOCK_K, num_warps) of the kernel for an input of `rows` rows."""
-    return CONFIGS[triton.next_power_of_2(max(1, rows))]
+    return CONFIGS[rows_block(rows)]
 
 
 @triton.jit
@@ -110,7 +115,7 @@ def few_rows_linear(
         weight.stride(1),
         K=size,
         HAS_BIAS=bias is not None,
-        ROWS=triton.next_power_of_2(max(1, lines.shape[0])),
+        ROWS=rows_block(lines.shape[0]),
         BLOCK_N=block_n,
         BLOCK_K=block_k,
         num_warps=warps,
