@@ -23,10 +23,6 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "flashinfer_decode",
         "the official workload per FlashInfer decode kernel",
     ),
-    "projection-kernels": (
-        "projection_kernels",
-        "a decode step's projections: cuBLAS against the few-rows kernel (GPU)",
-    ),
     "launch-costs": ("launch_costs", "what each kind of kernel launch costs the host (GPU)"),
     "profile-step": ("profile_step", "one prefill and one decode step's kernels (GPU)"),
     "overlap-timeline": ("overlap_timeline", "the overlap scheduler's timeline as an SVG (GPU)"),

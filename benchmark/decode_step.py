@@ -105,12 +105,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--parts", action="store_true", help="where a step's time goes")
+    parser.add_argument(
+        "--attention-backend", default="auto", help="the engine's backend (auto: its pick)"
+    )
     args = parser.parse_args(argv)
     from minisgl.llm import LLM
 
     model = resolve_model(args.model, torch.bfloat16)
     sizes = [int(n) for n in args.batch_sizes.split(",")]
-    print(f"decode step, {model.name}, context {args.context}, {torch.cuda.get_device_name()}")
+    print(
+        f"decode step, {model.name}, context {args.context}, attention {args.attention_backend},"
+        f" {torch.cuda.get_device_name()}"
+    )
     print(f"{'variant':<12}{'batch':>6}{'step ms':>9}{'forward ms':>12}{'tok/s':>10}")
     for variant, graphs in (("graphs", None), ("no-graphs", 0)):
         with LLM(
@@ -120,6 +126,7 @@ def main(argv: list[str]) -> int:
             show_progress=False,
             max_seq_len=args.context + args.warmup + 2 * args.steps + 64,
             cuda_graph_max_bs=graphs,
+            attention_backend=args.attention_backend,
         ) as llm:
             runner = llm.scheduler.engine.runner
             if isinstance(runner, GraphRunner):
@@ -147,6 +154,7 @@ def main(argv: list[str]) -> int:
                             "variant": variant,
                             "batch": size,
                             "context": args.context,
+                            "attention_backend": args.attention_backend,
                             "step_s": step,
                             "forward_s": forward,
                         },
@@ -160,6 +168,7 @@ def main(argv: list[str]) -> int:
                                 "benchmark": "decode_step_parts",
                                 "batch": size,
                                 "context": args.context,
+                                "attention_backend": args.attention_backend,
                                 "step_ms": step * 1e3,
                                 "forward_ms": forward * 1e3,
                                 **{f"{part}_ms": ms for part, ms in parts.items()},

@@ -9,7 +9,6 @@
 #   benchmark/run_gpu.sh kernels,online,moe                  # chapter 19 ablation, online, MoE
 #   benchmark/run_gpu.sh profile                             # a prefill and a decode step's kernels
 #   benchmark/run_gpu.sh attention,launch                    # FlashInfer's decode alone; launch costs
-#   benchmark/run_gpu.sh projections                         # cuBLAS against the few-rows kernel
 #   benchmark/run_gpu.sh decode_kernels                      # the workload per decode kernel
 #   benchmark/run_gpu.sh pyspy                               # the host's time, sampled
 #   benchmark/run_gpu.sh paged_attention                     # chapter 22: GPU tests, Triton vs FlashInfer
@@ -54,7 +53,7 @@ for stage in ${STAGES//,/ }; do
       python3 -m pytest tests/test_gpu_*.py -v -s \
           -p no:cacheprovider --timeout 150 ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$OUT/gpu_tests.log" ;;
     steps)
-      python3 -m benchmark decode-step --batch-sizes 1,64,256 --parts --json "$OUT/results.jsonl" \
+      python3 -m benchmark decode-step ${STEPS_ARGS:---batch-sizes 1,64,256 --parts} --json "$OUT/results.jsonl" \
           2>&1 | tee "$OUT/decode_step.log" ;;
     offline)
       python3 -m benchmark offline --workload official --model random-qwen3-0.6b \
@@ -87,13 +86,6 @@ for stage in ${STAGES//,/ }; do
       /tmp/site/bin/py-spy record -r 200 -f raw -o "$OUT/pyspy_official.txt" -- \
           python3 -m benchmark offline --workload official --model random-qwen3-0.6b \
           --dtype bfloat16 --variants minisgl 2>&1 | tee "$OUT/pyspy.log" ;;
-    projections)  # a decode step's projections: cuBLAS against chapter 19's few-rows kernel
-      # (and with PROJECTION_SWEEP=1 the kernel's other tilings at one row)
-      python3 -m benchmark projection-kernels --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/projections.log"
-      if [[ -n ${PROJECTION_SWEEP:-} ]]; then
-        python3 -m benchmark projection-kernels --rows 1 --sweep --json "$OUT/results.jsonl" \
-            2>&1 | tee "$OUT/projections_sweep.log"
-      fi ;;
     launch)  # the host's cost of each kind of launch, and of one prefill forward
       python3 -m benchmark launch-costs --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/launch.log" ;;
     profile)  # one prefill and one decode step under torch.profiler: kernels and their time

@@ -186,11 +186,6 @@ class StepClock:
 BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12}
 
 
-def bandwidth_of(device: str) -> float | None:
-    """The memory bandwidth in bytes/s of the GPU `device` names, if BANDWIDTH knows it."""
-    return next((b for name, b in BANDWIDTH.items() if name in device), None)
-
-
 def decode_floor_s(
     model: Path, dtype_bytes: int, device: str, steps: int, kv_tokens: int
 ) -> float | None:
@@ -198,7 +193,7 @@ def decode_floor_s(
     `device`: every step reads the weights once, and attention reads each KV token's K and V
     in every layer (`decode_bytes`). None for a device whose bandwidth BANDWIDTH does not know
     (the CPU)."""
-    bandwidth = bandwidth_of(device)
+    bandwidth = next((b for name, b in BANDWIDTH.items() if name in device), None)
     if bandwidth is None:
         return None
     step_bytes, token_bytes = decode_bytes(model, dtype_bytes)

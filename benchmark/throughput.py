@@ -67,7 +67,6 @@ VARIANTS: dict[str, dict[str, object]] = {
     "triton-backend": {"attention_backend": "triton"},  # chapter 22's kernels
     "torch-kernels": {},  # chapter 19's kernels off: MINISGL_KERNELS=torch (VARIANT_ENV)
     "row-major": {},  # a CPU's weights row-major: MINISGL_CPU_LAYOUT=row (VARIANT_ENV)
-    "few-rows-projections": {},  # the few-rows kernel at 1-4 rows: MINISGL_FEW_ROWS_LINEAR=1
 }
 # The engine settings of upstream's official benchmark (mini-sglang 20fcd7f,
 # benchmark/offline/bench.py:17-23): a prefill budget of 16,384 tokens and pages of 256 tokens.
@@ -78,7 +77,6 @@ WORKLOAD_SETTINGS: dict[str, dict[str, object]] = {
 VARIANT_ENV: dict[str, dict[str, str]] = {
     "torch-kernels": {"MINISGL_KERNELS": "torch"},
     "row-major": {"MINISGL_CPU_LAYOUT": "row"},
-    "few-rows-projections": {"MINISGL_FEW_ROWS_LINEAR": "1"},
 }
 T = TypeVar("T")
 

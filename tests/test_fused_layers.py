@@ -19,7 +19,6 @@ from test_ch17_gpu_attention import FakeFlashInfer, hand_engine
 
 from minisgl.attention import fi
 from minisgl.kernels import step_inputs
-from minisgl.kernels.few_rows_linear import FEW_ROWS, FewRowsLinear, few_rows_linear
 from minisgl.kernels.fused_layers import (
     FusedAttentionLayer,
     FusedMLP,
@@ -30,7 +29,7 @@ from minisgl.kernels.fused_layers import (
     silu_and_mul,
     store_column_major,
 )
-from minisgl.layers import Linear, RMSNorm, RotaryEmbedding
+from minisgl.layers import RMSNorm, RotaryEmbedding
 from minisgl.layers import silu_and_mul as torch_silu_and_mul
 from minisgl.scheduler import Scheduler, SchedulerConfig
 
@@ -124,8 +123,6 @@ def test_a_fused_model_gives_transformers_greedy_tokens(
         weight = projection.weight
         assert weight.t().is_contiguous(), f"{name}: W^T must be the contiguous layout"
         assert torch.equal(weight, before[name]), f"{name}: the same matrix, laid out anew"
-    # the decode steps of these two requests multiply two rows: the few-rows kernel's
-    assert fuse_layers(engine.model, {Linear: FewRowsLinear}) == 4 * layers
     prompts = [[1, 15, 27, 300, 4, 99, 7], [1, 8, 8, 8, 2000]]
     uids = [scheduler.add_request(ids, greedy(6)) for ids in prompts]
     tokens: dict[int, list[int]] = {uid: [] for uid in uids}
@@ -147,44 +144,3 @@ def test_the_kernel_path_gathers_flashinfers_pages_with_the_kernel(
     monkeypatch.setenv("MINISGL_KERNELS", "torch")
     engine = hand_engine(monkeypatch, FakeFlashInfer(), "flashinfer", page_size=4)
     assert engine.attn_backend.gather_pages is fi.gather_page_indices
-
-
-@DTYPES
-@pytest.mark.parametrize("rows", [1, 2, 3, FEW_ROWS])
-@pytest.mark.parametrize("layout", ["row-major", "column-major"])
-def test_few_rows_linear_matches_torchs_product(rows: int, layout: str, dtype: torch.dtype) -> None:
-    """Output columns and K that end inside a block (40 of 16, 300 of 64-256), x's rows strided,
-    the weight in either layout; with and without a bias."""
-    gen = torch.Generator().manual_seed(rows)
-    weight = torch.randn(40, 300, generator=gen).to(dtype)
-    if layout == "column-major":
-        weight = weight.t().contiguous().t()
-    bias = torch.randn(40, generator=gen).to(dtype)
-    x = torch.randn(rows, 2, 300, generator=gen).to(dtype)[:, 0]  # rows 600 apart
-    for b in (None, bias):
-        out = few_rows_linear(x, weight, b)
-        assert out.shape == (rows, 40) and out.dtype == dtype
-        torch.testing.assert_close(
-            out, torch.nn.functional.linear(x, weight, b), **TOLERANCES[dtype]
-        )
-
-
-def test_few_rows_linear_keeps_leading_dimensions_and_refuses_many_rows() -> None:
-    weight = torch.randn(24, 32)
-    x = torch.randn(2, 1, 32)
-    torch.testing.assert_close(
-        few_rows_linear(x, weight), x @ weight.t(), **TOLERANCES[torch.float32]
-    )
-    with pytest.raises(ValueError, match=f"at most {FEW_ROWS} rows"):
-        few_rows_linear(torch.randn(FEW_ROWS + 1, 32), weight)
-
-
-def test_a_few_rows_linear_takes_the_kernel_up_to_few_rows_and_cublas_above() -> None:
-    """Above FEW_ROWS the layer is exactly torch's product; at or below, the kernel's."""
-    layer = Linear(32, [16, 8])
-    layer.weight.data = torch.randn(24, 32, generator=torch.Generator().manual_seed(3))
-    layer.__class__ = FewRowsLinear
-    many = torch.randn(FEW_ROWS + 1, 32)
-    assert torch.equal(layer(many), torch.nn.functional.linear(many, layer.weight))
-    few = many[:FEW_ROWS]
-    assert torch.equal(layer(few), few_rows_linear(few, layer.weight))

@@ -86,31 +86,10 @@ def test_step_input_kernels_match_the_torch_code_on_the_gpu(ledgers) -> None:  #
     assert torch.equal(kernel_table.token_pool, torch_table.token_pool)
 
 
-@pytest.mark.parametrize("rows", [1, 2, 3, 4])
-def test_few_rows_linear_matches_cublas_at_qwen3_shapes(rows: int) -> None:
-    """Qwen3-0.6B's four projections in bf16, the weight row- and column-major: the kernel's
-    product is cuBLAS's within bf16's rounding, and both within it of the float32 product."""
-    import torch.nn.functional as F
-
-    from minisgl.kernels.few_rows_linear import few_rows_linear
-
-    gen = torch.Generator(device=CUDA).manual_seed(rows)
-    for n, k in [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072)]:
-        w = torch.randn(n, k, device=CUDA, generator=gen).mul(k**-0.5).to(torch.bfloat16)
-        x = torch.randn(rows, k, device=CUDA, generator=gen).to(torch.bfloat16)
-        exact = x.float() @ w.float().t()
-        for weight in (w, w.t().contiguous().t()):
-            ours = few_rows_linear(x, weight)
-            torch.testing.assert_close(ours, F.linear(x, weight))
-            torch.testing.assert_close(ours.float(), exact, rtol=1.6e-2, atol=1e-2)
-
-
 def test_the_engine_uses_the_kernels_on_cuda_unless_told_not_to(monkeypatch) -> None:  # noqa: ANN001
     from minisgl.engine import Engine, EngineConfig
-    from minisgl.kernels.few_rows_linear import FewRowsLinear
     from minisgl.kernels.fused_layers import FusedRMSNorm
     from minisgl.kernels.kv_store import KernelKVCache
-    from minisgl.layers import Linear
     from minisgl.kernels.extension import kernel_table_manager
     from minisgl.kernels.step_inputs import KernelTableManager
 
@@ -123,10 +102,6 @@ def test_the_engine_uses_the_kernels_on_cuda_unless_told_not_to(monkeypatch) -> 
     assert isinstance(engine.kv_cache, KernelKVCache)
     assert kernel_table_manager(engine) is KernelTableManager  # the scheduler's, it offers
     assert isinstance(engine.model.model.norm, FusedRMSNorm)  # bf16: the layers are fused
-    assert type(engine.model.model.layers[0].self_attn.qkv_proj) is Linear  # opt-in, below
-    monkeypatch.setenv("MINISGL_FEW_ROWS_LINEAR", "1")
-    assert isinstance(build().model.model.layers[0].self_attn.qkv_proj, FewRowsLinear)
-    monkeypatch.delenv("MINISGL_FEW_ROWS_LINEAR")
     monkeypatch.setenv("MINISGL_KERNELS", "torch")
     engine = build()
     assert not isinstance(engine.kv_cache, KernelKVCache)

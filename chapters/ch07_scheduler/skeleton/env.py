@@ -4,8 +4,6 @@ MINISGL_DISABLE_OVERLAP_SCHEDULING=1  the scheduler's plain loop instead of over
 MINISGL_KERNELS=torch                 keep the torch code on CUDA, not chapter 19's Triton kernels
 MINISGL_KERNELS=triton                use the kernels on any device (a CPU: TRITON_INTERPRET=1)
 MINISGL_CPU_LAYOUT=row                keep a CPU's weights row-major, not chapter 21's layout
-MINISGL_FEW_ROWS_LINEAR=1             chapter 19's matrix-vector kernel for the projections of a
-                                      1-4 request decode, not cuBLAS (off until a GPU measures it)
 
 And one of Triton's own, which minisgl reads:
 TRITON_INTERPRET=1                    Triton kernels run in its interpreter: the only way they
@@ -39,10 +37,6 @@ class _Env:
     def CPU_LAYOUT(self) -> str:  # noqa: N802
         """ "row", or "" (the default: chapter 21's column-major weights on a CPU)."""
         return os.environ.get("MINISGL_CPU_LAYOUT", "").strip().lower()
-
-    @property
-    def FEW_ROWS_LINEAR(self) -> bool:  # noqa: N802
-        return _flag("MINISGL_FEW_ROWS_LINEAR")
 
 
 ENV = _Env()  # read at use time, so tests can flip switches with monkeypatch.setenv

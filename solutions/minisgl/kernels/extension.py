@@ -63,17 +63,13 @@ def kernel_page_gather(device: torch.device) -> Callable[..., torch.Tensor] | No
 
 def use_kernel_layers(engine: Engine) -> None:
     """Fuse the model's small layers and store its output projections column-major, for 16-bit
-    models (float32 keeps chapter 2's arithmetic); with MINISGL_FEW_ROWS_LINEAR=1 also give its
-    projections the few-rows kernel (opt-in until a GPU has measured it against cuBLAS)."""
+    models (float32 keeps chapter 2's arithmetic)."""
     if not uses_kernels(engine.device):
         return
     if engine.dtype in (torch.float16, torch.bfloat16):
-        from minisgl.kernels.few_rows_linear import FewRowsLinear
-        from minisgl.kernels.fused_layers import FUSED_CLASSES, fuse_layers, store_column_major
-        from minisgl.layers import Linear
+        from minisgl.kernels.fused_layers import fuse_layers, store_column_major
 
-        few_rows = {Linear: FewRowsLinear} if ENV.FEW_ROWS_LINEAR else {}
-        fuse_layers(engine.model, FUSED_CLASSES | few_rows)
+        fuse_layers(engine.model)
         store_column_major(engine.model)
 
 

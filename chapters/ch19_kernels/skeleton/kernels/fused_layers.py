@@ -334,15 +334,12 @@ def store_column_major(model: nn.Module, names: Sequence[str] = OUTPUT_PROJECTIO
     return changed
 
 
-def fuse_layers(
-    model: nn.Module, classes: dict[type[nn.Module], type[nn.Module]] = FUSED_CLASSES
-) -> int:
-    """Give every norm, attention layer and MLP of `model` its fused forward (or each module
-    of a class in `classes` its counterpart there); returns how many modules changed. Only
-    exact instances change (a subclass may compute otherwise)."""
+def fuse_layers(model: nn.Module) -> int:
+    """Give every norm, attention layer and MLP of `model` its fused forward; returns how
+    many modules changed. Only exact instances change (a subclass may compute otherwise)."""
     changed = 0
     for module in model.modules():
-        fused = classes.get(type(module))
+        fused = FUSED_CLASSES.get(type(module))
         if fused is not None:
             module.__class__ = fused
             changed += 1
