@@ -65,6 +65,9 @@ VARIANTS: dict[str, dict[str, object]] = {
     "no-overlap": {"enable_overlap": False},
     "torch-backend": {"attention_backend": "torch"},
     "triton-backend": {"attention_backend": "triton"},  # chapter 22's kernels
+    "hybrid-backend": {"attention_backend": "hybrid"},  # FlashInfer, Triton for small decodes
+    "hybrid-64": {"attention_backend": "hybrid"},  # ... up to 64 rows (VARIANT_ENV)
+    "hybrid-256": {"attention_backend": "hybrid"},  # ... up to 256 rows
     "torch-kernels": {},  # chapter 19's kernels off: MINISGL_KERNELS=torch (VARIANT_ENV)
     "row-major": {},  # a CPU's weights row-major: MINISGL_CPU_LAYOUT=row (VARIANT_ENV)
 }
@@ -77,6 +80,8 @@ WORKLOAD_SETTINGS: dict[str, dict[str, object]] = {
 VARIANT_ENV: dict[str, dict[str, str]] = {
     "torch-kernels": {"MINISGL_KERNELS": "torch"},
     "row-major": {"MINISGL_CPU_LAYOUT": "row"},
+    "hybrid-64": {"MINISGL_TRITON_DECODE_ROWS": "64"},
+    "hybrid-256": {"MINISGL_TRITON_DECODE_ROWS": "256"},
 }
 T = TypeVar("T")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import TINY_MODELS, greedy, guarded_llm, require_model
+from test_gpu_attention import qwen3_h128  # noqa: F401 - the checkpoint fixture, shared
 
 pytestmark = [
     pytest.mark.gpu,
@@ -127,3 +128,26 @@ def engine_tokens(backend: str, graph_max_bs: int) -> list[list[int]]:
 @pytest.mark.parametrize("graph_max_bs", [0, 16], ids=["eager", "graphs"])
 def test_triton_backend_gives_the_torch_backends_greedy_tokens_in_float32(graph_max_bs) -> None:
     assert engine_tokens("triton", graph_max_bs) == engine_tokens("torch", 0)
+
+
+def test_hybrid_backend_decodes_on_triton_as_close_to_torch_as_flashinfer(
+    qwen3_h128,  # noqa: F811 - the fixture imported above
+    monkeypatch,
+) -> None:
+    """16 prompts x 32 greedy tokens in bf16, teacher-forced on the torch backend's tokens (as
+    tests/test_gpu_attention.py does for FlashInfer): the hybrid backend, which prefills on
+    FlashInfer and decodes these 16 rows on Triton, picks the torch backend's token as often."""
+    from minisgl.attention.triton import TritonAttnBackend
+    from test_gpu_attention import HandBatch, long_prompts
+
+    monkeypatch.setenv("MINISGL_TRITON_DECODE_ROWS", "16")
+    prompts, steps = long_prompts(16, seed=2), 32
+    runs = {name: HandBatch(qwen3_h128, name, prompts, steps) for name in ("hybrid", "torch")}
+    assert isinstance(runs["hybrid"].engine.attn_backend.backend_for(True, 16), TritonAttnBackend)
+    agree, tokens = 0, None
+    for _ in range(steps):
+        picks = {name: run.step(tokens).argmax(-1) for name, run in runs.items()}
+        agree += int((picks["hybrid"] == picks["torch"]).sum())
+        tokens = picks["torch"].tolist()
+    print(f"hybrid's greedy tokens equal to the torch backend's (bf16): {agree / (16 * steps):.1%}")
+    assert agree / (16 * steps) >= 0.95

@@ -4,6 +4,8 @@ MINISGL_DISABLE_OVERLAP_SCHEDULING=1  the scheduler's plain loop instead of over
 MINISGL_KERNELS=torch                 keep the torch code on CUDA, not chapter 19's Triton kernels
 MINISGL_KERNELS=triton                use the kernels on any device (a CPU: TRITON_INTERPRET=1)
 MINISGL_CPU_LAYOUT=row                keep a CPU's weights row-major, not chapter 21's layout
+MINISGL_TRITON_DECODE_ROWS=N          attention_backend="hybrid": decodes of up to N rows on
+                                      Triton (chapter 22; its default otherwise)
 
 And one of Triton's own, which minisgl reads:
 TRITON_INTERPRET=1                    Triton kernels run in its interpreter: the only way they
@@ -37,6 +39,12 @@ class _Env:
     def CPU_LAYOUT(self) -> str:  # noqa: N802
         """ "row", or "" (the default: chapter 21's column-major weights on a CPU)."""
         return os.environ.get("MINISGL_CPU_LAYOUT", "").strip().lower()
+
+    @property
+    def TRITON_DECODE_ROWS(self) -> int | None:  # noqa: N802
+        """The hybrid backend's largest Triton decode, or None (unset: its default)."""
+        value = os.environ.get("MINISGL_TRITON_DECODE_ROWS", "").strip()
+        return int(value) if value else None
 
 
 ENV = _Env()  # read at use time, so tests can flip switches with monkeypatch.setenv

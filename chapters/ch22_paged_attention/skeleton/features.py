@@ -93,6 +93,7 @@ ATTENTION_BACKENDS: tuple[Part, ...] = (
     Part(5, "torch", "minisgl.attention.torch_backend:TORCH_BACKEND"),
     Part(17, "flashinfer", "minisgl.attention.fi:FLASHINFER_BACKEND", aliases=("fi",)),
     Part(22, "triton", "minisgl.attention.triton:TRITON_BACKEND"),
+    Part(22, "hybrid", "minisgl.attention.hybrid:HYBRID_BACKEND"),
 )
 
 # Changes to every engine (engine/engine.py's EngineExtension): `configure` hooks run before
