@@ -83,3 +83,18 @@ def test_greedy_tokens_equal_the_torch_backend_as_the_batch_shrinks(monkeypatch)
     assert tokens["hybrid"] == tokens["torch"]
     assert ("decode", "run") in fake.log and ("prefill", "run") in fake.log
     assert triton_decodes and set(triton_decodes) <= {1, 2}
+
+
+def test_the_threshold_comes_from_the_environment_and_a_bad_one_is_named(monkeypatch):
+    from minisgl.attention.hybrid import TRITON_MAX_ROWS
+
+    fake = FakeFlashInfer()
+    for value, rows in (("", TRITON_MAX_ROWS), ("0", 0), ("64", 64)):
+        monkeypatch.setenv("MINISGL_TRITON_DECODE_ROWS", value)
+        assert (
+            hand_engine(monkeypatch, fake, "hybrid", page_size=4).attn_backend.triton_max_rows
+            == rows
+        )
+    monkeypatch.setenv("MINISGL_TRITON_DECODE_ROWS", "sixteen")
+    with pytest.raises(ValueError, match="MINISGL_TRITON_DECODE_ROWS must be a number"):
+        hand_engine(monkeypatch, fake, "hybrid", page_size=4)

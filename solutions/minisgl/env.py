@@ -44,7 +44,11 @@ class _Env:
     def TRITON_DECODE_ROWS(self) -> int | None:  # noqa: N802
         """The hybrid backend's largest Triton decode, or None (unset: its default)."""
         value = os.environ.get("MINISGL_TRITON_DECODE_ROWS", "").strip()
-        return int(value) if value else None
+        if not value:
+            return None
+        if not value.isdigit():
+            raise ValueError(f"MINISGL_TRITON_DECODE_ROWS must be a number of rows, not {value!r}")
+        return int(value)
 
 
 ENV = _Env()  # read at use time, so tests can flip switches with monkeypatch.setenv

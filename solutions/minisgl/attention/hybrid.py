@@ -20,7 +20,7 @@ import torch
 
 from minisgl.attention.base import ATTENTION_BACKENDS, AttnSetup, BackendEntry, BaseAttnBackend
 from minisgl.attention.fi import FlashInferBackend
-from minisgl.attention.triton import TritonAttnBackend, TritonAttnMetadata
+from minisgl.attention.triton import TritonAttnBackend, TritonAttnMetadata, chosen_by_name_only
 from minisgl.env import ENV
 
 if TYPE_CHECKING:
@@ -71,13 +71,10 @@ def create_hybrid_backend(setup: AttnSetup) -> HybridAttnBackend:
     kernels replayed or not."""
     triton = cast(TritonAttnBackend, ATTENTION_BACKENDS["triton"].create(setup))
     flashinfer = cast(FlashInferBackend, ATTENTION_BACKENDS["flashinfer"].create(setup))
-    return HybridAttnBackend(flashinfer, triton, ENV.TRITON_DECODE_ROWS or TRITON_MAX_ROWS)
+    rows = ENV.TRITON_DECODE_ROWS
+    return HybridAttnBackend(flashinfer, triton, TRITON_MAX_ROWS if rows is None else rows)
 
 
-def chosen_by_name_only(setup: AttnSetup) -> bool:
-    """ "auto" does not pick it (yet): FlashInfer alone stays the default until the official
-    workload has measured the two side by side."""
-    return False
-
-
+# "auto" does not pick it, as it does not pick Triton's alone: FlashInfer stays the default
+# until the official workload has measured the hybrid beside it.
 HYBRID_BACKEND = BackendEntry(create=create_hybrid_backend, usable=chosen_by_name_only, priority=0)
