@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 import torch
+from filelock import FileLock
 from hypothesis import Phase, settings
 from course.tiny_models import DENSE_TINY_MODELS
 
@@ -360,10 +361,17 @@ def build_site(root: Path, out: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="session")
 def built_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The course's site, built once per test session (the site and browser tests share it)."""
-    out = tmp_path_factory.mktemp("site")
-    result = build_site(ROOT, out)
-    assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stderr[-3000:]}"
+    """The course's site, built once per test run (the site and browser tests share it): under
+    xdist the first worker that needs it builds it, under a lock, in the folder the workers'
+    temporary folders share, and the others read it there."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    out, built = shared / "site", shared / "site.built"
+    with FileLock(shared / "site.lock"):
+        if not built.exists():
+            result = build_site(ROOT, out)
+            assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stderr[-3000:]}"
+            built.touch()
     return out
 
 

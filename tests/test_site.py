@@ -494,10 +494,10 @@ CHROMIUM_FLAGS = [
 
 
 @pytest.mark.slow
-def test_chapter_page_renders_in_headless_chromium(site: Path) -> None:
+def test_chapter_page_renders_in_headless_chromium(site: Path, tmp_path: Path) -> None:
     browser = require_chromium()
     page = site / "chapters" / "ch08_cache_manager" / "index.html"
-    flags = [*CHROMIUM_FLAGS, f"--user-data-dir={site.parent / 'chromium-profile'}"]
+    flags = [*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'chromium-profile'}"]
     dom = subprocess.run(
         [browser, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120
     ).stdout
