@@ -86,12 +86,15 @@ def provision_smollm2() -> None:
         return
     import torch
     from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     with tempfile.TemporaryDirectory() as tmp:
         gguf_path = download_smollm2_gguf(Path(tmp))
         print("[provision] de-quantizing the GGUF weights to float32 (about 15 s)")
-        kwargs = dict(gguf_file=gguf_path.name)
+        # The config read once and handed on: each loader would otherwise parse the GGUF
+        # file's metadata again for it (about 5 s each).
+        config = AutoConfig.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+        kwargs = dict(gguf_file=gguf_path.name, config=config)
         tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, **kwargs)
         fix_smollm2_tokenizer(tokenizer)
         model = AutoModelForCausalLM.from_pretrained(
