@@ -12,6 +12,7 @@
 #   benchmark/run_gpu.sh decode_kernels                      # the workload per decode kernel
 #   benchmark/run_gpu.sh pyspy                               # the host's time, sampled
 #   benchmark/run_gpu.sh paged_attention                     # chapter 22: GPU tests, Triton vs FlashInfer
+#   benchmark/run_gpu.sh hybrid                              # chapter 22's hybrid: tests, crossover, official
 #   benchmark/run_gpu.sh tp                                  # on nvidia-h200-x2: TP=1 and TP=2
 #   benchmark/run_gpu.sh structured                          # chapter 25: the grammar mask's cost
 #   benchmark/run_gpu.sh verdict                             # the judge's GPU verdict, chapter 18
@@ -78,6 +79,18 @@ for stage in ${STAGES//,/ }; do
       python3 -m benchmark attention-kernels --kernels flashinfer,triton,triton-n32-x4,triton-n128-w8 \
           --page-sizes 256,16 --layouts NHD --prefill ${PAGED_ATTENTION_ARGS:-} \
           --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/paged_attention.log" ;;
+    hybrid)  # chapter 22's hybrid backend (Triton for small decodes, FlashInfer for the rest):
+      # its GPU tests, a decode step on each backend from 1 to 256 rows (where Triton stops
+      # winning), then the official workload with each backend and with the hybrid's bound
+      python3 -m pytest tests/test_gpu_paged_attention.py -v -p no:cacheprovider --timeout 300 \
+          -k "hybrid or triton_backend_gives" 2>&1 | tee "$OUT/gpu_tests_hybrid.log"
+      for backend in flashinfer triton hybrid; do
+        python3 -m benchmark decode-step --batch-sizes 1,4,16,64,256 --attention-backend $backend \
+            --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/decode_step_$backend.log"
+      done
+      python3 -m benchmark offline --workload official --model random-qwen3-0.6b --dtype bfloat16 \
+          --variants "${HYBRID_VARIANTS:-minisgl,hybrid-backend,hybrid-64,triton-backend}" \
+          --step-times --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/offline_hybrid.log" ;;
     decode_kernels)  # the official workload with each of FlashInfer's decode kernels, one run
       python3 -m benchmark flashinfer-decode --choices "${DECODE_CHOICES:-tensor-cores,cuda-cores}" \
           --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/decode_kernels.log" ;;
