@@ -51,6 +51,11 @@ if workers := os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     _share = max(1, (os.cpu_count() or 1) // int(workers))
     torch.set_num_threads(_share)
     os.environ.setdefault("OMP_NUM_THREADS", str(_share))
+# The tools these tests start (steps.py check, mutate, grade; judge.py check) make a few runs
+# each, on toy courses: a warm server would import torch and transformers (about 4 s) to save
+# less than that, so their runs start cold here. tests/test_warm_runs.py tests warm runs, and
+# CI's own `steps.py check` and `judge.py check` make theirs warm.
+os.environ.setdefault("MINISGL_COLD_RUNS", "1")
 MODELS = ROOT / "models"
 SMOLLM2 = MODELS / "SmolLM2-135M-Instruct"
 # tools/provision.py's dense tiny checkpoints, by their short name ("qwen3" for tiny-qwen3).
