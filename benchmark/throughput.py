@@ -104,10 +104,11 @@ def measure(
     variant: str,
     args: argparse.Namespace,
 ) -> tuple[OfflineResult, StepTable]:
-    """One variant's run on workload `name` and, with --step-times for the engine, its steps."""
+    """One variant's run on workload `name` and, with --step-times, an engine variant's steps
+    (every one of them: the ablations' steps are what tell where their time went)."""
     torch.set_num_threads(args.threads)
     clock = StepClock()
-    with clock if args.step_times and variant == "minisgl" else contextlib.nullcontext():
+    with clock if args.step_times and variant != "transformers" else contextlib.nullcontext():
         result = (
             run_transformers(model, work, dtype, args.hf_batch_size)
             if variant == "transformers"
@@ -300,7 +301,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--tp", type=int, default=1, help="the engine's tensor-parallel size")
     parser.add_argument("--json", type=Path, help="also append each result as a JSON line here")
     parser.add_argument(
-        "--step-times", action="store_true", help="where the minisgl variant's time goes, by step"
+        "--step-times", action="store_true", help="where each engine variant's time goes, by step"
     )
     parser.add_argument(
         "--repeat",

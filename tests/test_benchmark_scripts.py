@@ -78,13 +78,15 @@ def test_offline_runs_both_cpu_workloads_and_records_each_ratio(tmp_path: Path) 
 @pytest.mark.slow
 def test_offline_repeat_compares_each_variants_median_run(tmp_path: Path) -> None:
     """--repeat 2: every variant runs in both rounds (each run recorded with its round and its
-    ratio within the round), then each variant's median run and its ratio to transformers'."""
+    ratio within the round), then each variant's median run and its ratio to transformers'.
+    With --step-times, an engine variant other than the default one also records its steps
+    (an ablation's steps say where its time went), and transformers none."""
     results = tmp_path / "results.jsonl"
     done = run_benchmark(
         "offline",
         *("--model", str(require_model(MODEL)), "--workload", "uniform"),
-        *("--requests", str(QUICK_REQUESTS)),
-        *("--variants", "minisgl,transformers", "--threads", "1", "--repeat", "2"),
+        *("--requests", str(QUICK_REQUESTS), "--step-times"),
+        *("--variants", "no-overlap,transformers", "--threads", "1", "--repeat", "2"),
         *("--json", str(results)),
     )
     assert done.returncode == 0, done.stderr[-2000:]
@@ -92,23 +94,28 @@ def test_offline_repeat_compares_each_variants_median_run(tmp_path: Path) -> Non
     runs = [r for r in records if r["benchmark"] == "offline"]
     assert [(r["round"], r["variant"]) for r in runs] == [
         (1, "transformers"),
-        (1, "minisgl"),
+        (1, "no-overlap"),
         (2, "transformers"),
-        (2, "minisgl"),
+        (2, "no-overlap"),
     ]
     medians = {r["variant"]: r for r in records if r["benchmark"] == "offline_median"}
-    assert set(medians) == {"minisgl", "transformers"}
+    assert set(medians) == {"no-overlap", "transformers"}
     for variant, record in medians.items():
         seconds = sorted(r["seconds"] for r in runs if r["variant"] == variant)
         assert record["all_seconds"] == [r["seconds"] for r in runs if r["variant"] == variant]
         assert record["seconds"] == pytest.approx(sum(seconds) / 2)  # the median of two
         assert record["runs"] == 2 and record["output_tokens"] == 64 * QUICK_REQUESTS
         assert_provenance(record, "offline")
-    ratio = medians["transformers"]["seconds"] / medians["minisgl"]["seconds"]
-    assert medians["minisgl"]["vs_transformers"] == pytest.approx(ratio)
+    ratio = medians["transformers"]["seconds"] / medians["no-overlap"]["seconds"]
+    assert medians["no-overlap"]["vs_transformers"] == pytest.approx(ratio)
     assert medians["transformers"]["vs_transformers"] == 1.0
-    line = next(x for x in done.stdout.splitlines() if "median minisgl" in x)
+    line = next(x for x in done.stdout.splitlines() if "median no-overlap" in x)
     assert line.split()[-1] == f"{ratio:.2f}", "the printed ratio is the recorded one"
+    steps = [r for r in records if r["benchmark"] == "offline_steps"]
+    assert {r["variant"] for r in steps} == {"no-overlap"}
+    # each request's 64 tokens: the first from its prefill, 63 from decode steps run together
+    assert sum(r["steps"] for r in steps if r["phase"] == "decode") == 2 * 63
+    assert sum(r["seconds"] for r in steps) < sum(r["seconds"] for r in runs)
 
 
 @pytest.mark.slow

@@ -26,9 +26,10 @@ from minisgl.env import ENV
 if TYPE_CHECKING:
     from minisgl.core import Batch
 
-# Decode batches up to this many rows run on Triton. On an H100, one request of 512 new tokens
-# took 0.64 s on Triton's attention and 0.71 s on FlashInfer's (2026-12-07, chapter 22's page);
-# where the two cross between 1 and 256 rows is not measured yet: 16 is a graph batch size.
+# Decode batches up to this many rows run on Triton: a graph batch size. On an H100 Triton's
+# decode step was the faster at every batch size from 1 to 256 where all contexts were 512
+# tokens, yet the hybrid ran the official workload's spread contexts slower than FlashInfer
+# alone: up to 16 rows on Triton in three rounds, up to 64 in one (2026-12-07, chapter 22's page).
 TRITON_MAX_ROWS = 16
 
 
@@ -75,6 +76,6 @@ def create_hybrid_backend(setup: AttnSetup) -> HybridAttnBackend:
     return HybridAttnBackend(flashinfer, triton, TRITON_MAX_ROWS if rows is None else rows)
 
 
-# "auto" does not pick it, as it does not pick Triton's alone: FlashInfer stays the default
-# until the official workload has measured the hybrid beside it.
+# "auto" does not pick it, as it does not pick Triton's alone: on an H100 it lost the official
+# workload to FlashInfer alone in each of three alternating rounds (chapter 22's page).
 HYBRID_BACKEND = BackendEntry(create=create_hybrid_backend, usable=chosen_by_name_only, priority=0)
