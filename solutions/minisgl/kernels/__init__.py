@@ -13,5 +13,13 @@ MINISGL_KERNELS=triton  use the kernels on a CPU too (under TRITON_INTERPRET=1: 
 
 Under TRITON_INTERPRET=1 (set before triton is imported) the kernels also run on CPU tensors,
 one program at a time in numpy: slow, but exact, which is how the course tests them without
-a GPU. Nothing here imports triton until a kernel is used, so importing the engine never does.
+a GPU; this package then sets the interpreter up first (`interpreter.py`). Otherwise nothing
+here imports triton until a kernel is used, so importing the engine never does.
 """
+
+import os
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    from minisgl.kernels.interpreter import run_like_compiled_triton
+
+    run_like_compiled_triton()

@@ -23,7 +23,6 @@ m + log(l) the LSE of the scores.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -32,27 +31,6 @@ import triton.language as tl
 
 from minisgl.utils import div_ceil
 
-
-def index_loaded_scalars_in_the_interpreter() -> None:
-    """Let Triton's interpreter use a loaded length as a loop bound, as compiled Triton does.
-
-    The interpreter keeps a scalar as an array of shape (1,), and turns a loop bound into a
-    Python int with int(array), which NumPy 2.3 and later refuse for arrays that are not 0-d;
-    int(array.item()) is the same number. Applied only under TRITON_INTERPRET=1.
-    """
-    from triton.runtime import interpreter
-
-    patch_tensor = interpreter._patch_lang_tensor
-
-    def patch_with_index(tensor: type, scope: object) -> None:
-        patch_tensor(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.item()))
-
-    interpreter._patch_lang_tensor = patch_with_index
-
-
-if os.environ.get("TRITON_INTERPRET") == "1":
-    index_loaded_scalars_in_the_interpreter()
 
 MAX_SPLITS = 32  # more chunks than this cost more in the merge than they gain in parallelism
 WAVES = 2  # programs per SM the split count aims at: one wave leaves SMs idle at its tail
