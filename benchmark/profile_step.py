@@ -3,6 +3,7 @@
     python -m benchmark profile-step --model random-qwen3-0.6b --json results.jsonl
     python -m benchmark profile-step --decode-batches 1,64,256 --page-size 256  # decode only
     python -m benchmark profile-step --page-size 256 --max-extend-tokens 16384  # as upstream
+    python -m benchmark profile-step --attention-backend hybrid   # chapter 22's hybrid backend
 
 Queues the official workload's first requests (up to one prefill budget of prompt tokens),
 runs their prefill and a few decode steps, and profiles one prefill step and one decode step
@@ -32,8 +33,9 @@ from minisgl.scheduler.config import SchedulerConfig
 from .checkpoints import RANDOM_MODEL, resolve_model
 
 
-def profiled_step(scheduler, label: str, json_path: Path | None, top: int) -> None:  # noqa: ANN001
+def profiled_step(scheduler, label: str, args: argparse.Namespace) -> None:  # noqa: ANN001
     """Run one scheduler step under the profiler (the device drained before and after)."""
+    json_path, top = args.json, args.top
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         start = time.perf_counter()
@@ -59,6 +61,7 @@ def profiled_step(scheduler, label: str, json_path: Path | None, top: int) -> No
             {
                 "benchmark": "step_profile",
                 "step": label,
+                "attention_backend": args.attention_backend,
                 "wall_s": wall,
                 "kernels": len(kernels),
                 "kernel_s": device_us / 1e6,
@@ -105,6 +108,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--decode-batches", help="comma-separated batch sizes: profile a decode step at each"
     )
+    parser.add_argument(
+        "--attention-backend", default="auto", help="the engine's backend (auto: its pick)"
+    )
     args = parser.parse_args(argv)
     from minisgl.core import SamplingParams
     from minisgl.llm import LLM
@@ -118,6 +124,7 @@ def main(argv: list[str]) -> int:
         show_progress=False,
         max_seq_len=work.longest + 16,
         max_extend_tokens=args.max_extend_tokens,
+        attention_backend=args.attention_backend,
     ) as llm:
         scheduler = llm.scheduler
         llm.generate(work.prompts[:2], SamplingParams(max_tokens=4, ignore_eos=True))  # warm up
@@ -128,7 +135,7 @@ def main(argv: list[str]) -> int:
                     scheduler.add_request(ids, params)
                 for _ in range(64):
                     scheduler.step()
-                profiled_step(scheduler, f"decode@{size}", args.json, args.top)
+                profiled_step(scheduler, f"decode@{size}", args)
                 if args.host:
                     host_profile(scheduler, 3 * args.top, steps=10)
                 while scheduler.has_work:
@@ -137,7 +144,7 @@ def main(argv: list[str]) -> int:
         params = SamplingParams(max_tokens=64, ignore_eos=True)
         for ids in work.prompts:
             scheduler.add_request(ids, params)
-        profiled_step(scheduler, "prefill", args.json, args.top)  # the first prefill budget
+        profiled_step(scheduler, "prefill", args)  # the first prefill budget
         if args.host:
             scheduler.step()  # a decode step of the first prefill's requests
             host_profile(scheduler, 3 * args.top)  # the second prefill budget
@@ -145,7 +152,5 @@ def main(argv: list[str]) -> int:
             scheduler.step()
         for _ in range(4):
             scheduler.step()
-        profiled_step(
-            scheduler, f"decode@{len(scheduler.decode_manager.running_reqs)}", args.json, args.top
-        )
+        profiled_step(scheduler, f"decode@{len(scheduler.decode_manager.running_reqs)}", args)
     return 0

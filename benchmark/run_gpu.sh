@@ -13,6 +13,7 @@
 #   benchmark/run_gpu.sh pyspy                               # the host's time, sampled
 #   benchmark/run_gpu.sh paged_attention                     # chapter 22: GPU tests, Triton vs FlashInfer
 #   benchmark/run_gpu.sh hybrid                              # chapter 22's hybrid: tests, crossover, official
+#   benchmark/run_gpu.sh hybrid_prefill                      # why the hybrid's prefills are slower
 #   benchmark/run_gpu.sh tp                                  # on nvidia-h200-x2: TP=1 and TP=2
 #   benchmark/run_gpu.sh structured                          # chapter 25: the grammar mask's cost
 #   benchmark/run_gpu.sh verdict                             # the judge's GPU verdict, chapter 18
@@ -91,6 +92,17 @@ for stage in ${STAGES//,/ }; do
       python3 -m benchmark offline --workload official --model random-qwen3-0.6b --dtype bfloat16 \
           --variants "${HYBRID_VARIANTS:-minisgl,hybrid-backend,hybrid-64,triton-backend}" \
           --step-times --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/offline_hybrid.log" ;;
+    hybrid_prefill)  # the hybrid lost the official workload in its prefill steps alone, which
+      # run FlashInfer's kernels on either backend (2026-12-07): one prefill step of the workload
+      # profiled on each backend (kernels, then the host under cProfile), then the workload with
+      # both backends' steps timed, in two alternating rounds
+      for backend in flashinfer hybrid; do
+        python3 -m benchmark profile-step --page-size 256 --max-extend-tokens 16384 --host \
+            --attention-backend $backend --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/profile_prefill_$backend.log"
+      done
+      python3 -m benchmark offline --workload official --model random-qwen3-0.6b --dtype bfloat16 \
+          --variants minisgl,hybrid-backend --repeat 2 --step-times --json "$OUT/results.jsonl" \
+          2>&1 | tee "$OUT/offline_hybrid_prefill.log" ;;
     decode_kernels)  # the official workload with each of FlashInfer's decode kernels, one run
       python3 -m benchmark flashinfer-decode --choices "${DECODE_CHOICES:-tensor-cores,cuda-cores}" \
           --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/decode_kernels.log" ;;

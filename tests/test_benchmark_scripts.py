@@ -325,6 +325,56 @@ def test_every_subcommand_imports_and_parses_its_flags() -> None:
         assert first_lines[name].startswith(f"usage: python -m benchmark {name} "), name
 
 
+# Each `python3 -m benchmark ...` command of benchmark/run_gpu.sh, its shell variables given
+# their defaults (a loop's variable, a placeholder), parsed by its subcommand's own parser and
+# stopped there: a flag the subcommand does not know would otherwise be found on a GPU machine.
+PARSE_EVERY_GPU_COMMAND = r"""
+import argparse, importlib, re, shlex, sys
+from pathlib import Path
+from benchmark.__main__ import SUBCOMMANDS
+
+class Parsed(Exception):
+    pass
+
+parse_args = argparse.ArgumentParser.parse_args
+def parse_then_stop(self, args=None, namespace=None):
+    parse_args(self, args, namespace)
+    raise Parsed
+
+argparse.ArgumentParser.parse_args = parse_then_stop
+script = Path("benchmark/run_gpu.sh").read_text().replace("\\\n", " ")
+for line in script.splitlines():
+    found = re.search(r"python3 -m benchmark (.*)", line)
+    if not found:
+        continue
+    command = re.split(r" (?:2>&1|[|]|;)", found.group(1))[0]
+    command = re.sub(r"[$][{]\w+:-([^}]*)[}]", r"\1", command)  # ${VAR:-default}
+    command = re.sub(r"[$]\w+", "placeholder", command)  # $OUT, a loop's $backend
+    name, *argv = shlex.split(command)
+    module = importlib.import_module("benchmark." + SUBCOMMANDS[name][0])
+    try:
+        module.main(argv)
+    except Parsed:
+        print("parsed:", name, *argv)
+    except SystemExit:
+        sys.exit(f"run_gpu.sh: python -m benchmark {command}: its parser refused it")
+"""
+
+
+def test_every_benchmark_command_of_the_gpu_script_parses() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", PARSE_EVERY_GPU_COMMAND],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    parsed = [line for line in done.stdout.splitlines() if line.startswith("parsed: ")]
+    script = (ROOT / "benchmark" / "run_gpu.sh").read_text()
+    assert len(parsed) == script.count("python3 -m benchmark ") >= 20, done.stdout
+
+
 def test_the_entry_point_lists_its_subcommands_and_refuses_others() -> None:
     listed = run_benchmark("--help")
     assert listed.returncode == 0

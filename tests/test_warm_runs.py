@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,19 @@ def test_a_warm_run_finds_torch_loaded_and_triton_not(tmp_path: Path) -> None:
     probe = "import sys; print('torch' in sys.modules, 'triton' in sys.modules)"
     done = run_process([sys.executable, "-c", probe], tmp_path, env_with(), 60)
     assert done.returncode == 0 and done.stdout.split() == ["True", "False"], done.stderr
+
+
+def test_runs_started_and_awaited_from_several_threads_keep_their_exit_status(
+    tmp_path: Path,
+) -> None:
+    """The tools start warm runs from a pool of threads. multiprocessing reads an ended run's
+    status once, and Process.start() reads every ended run's: a start in one thread racing a
+    wait in another made a passing run end with 255 (warm.STATUS_LOCK)."""
+    env = env_with()
+
+    def status(_: int) -> int | None:
+        return run_process([sys.executable, "-c", "pass"], tmp_path, env, 60).returncode
+
+    with ThreadPoolExecutor(4) as pool:
+        statuses = list(pool.map(status, range(200)))
+    assert statuses == [0] * 200, sorted(set(statuses))

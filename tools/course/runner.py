@@ -153,8 +153,7 @@ def wait_process(proc: Started, timeout: float | None) -> int | None:
             return proc.wait(timeout)
         except subprocess.TimeoutExpired:
             return None
-    proc.join(timeout)
-    return proc.exitcode
+    return warm.exit_status(proc, timeout)
 
 
 def run_process(

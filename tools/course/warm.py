@@ -26,6 +26,7 @@ import functools
 import importlib
 import json
 import multiprocessing
+import multiprocessing.connection
 import os
 import runpy
 import subprocess
@@ -56,6 +57,12 @@ READ_AT_LOAD = (
 )
 COLD_ENV = "MINISGL_COLD_RUNS"
 WANTED = threading.Event()  # set by prefer_warm_runs: this tool's runs start warm
+# multiprocessing reads a warm run's exit status once, from a pipe, and whoever reads second
+# finds the pipe's end and reports 255. Process.start() reads the status of every ended run
+# of this tool (multiprocessing.process._cleanup), so a run started in one thread while another
+# thread read its own run's status could turn a run that passed into 255: `judge.py check` saw
+# it once, a solution with 8 tests passed. Starting a run and reading a status take this lock.
+STATUS_LOCK = threading.Lock()
 
 
 def prefer_warm_runs() -> None:
@@ -112,8 +119,16 @@ def start(args: list[str], cwd: Path, env: dict[str, str], out: Path, err: Path)
         args=(args, str(cwd), env, str(out), str(err), base_path()),
         daemon=False,
     )
-    process.start()
+    with STATUS_LOCK:
+        process.start()
     return process
+
+
+def exit_status(process: BaseProcess, timeout: float | None) -> int | None:
+    """A warm run's exit status once it ends, waiting at most `timeout` s (None: running)."""
+    multiprocessing.connection.wait([process.sentinel], timeout)
+    with STATUS_LOCK:
+        return process.exitcode
 
 
 def run_as_interpreter(
