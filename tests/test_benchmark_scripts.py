@@ -20,14 +20,15 @@ from minisgl.benchmark import WORKLOADS, make_workload, read_results
 MODEL = TINY_MODELS["qwen3"]
 
 
-def run_benchmark(subcommand: str, *args: str) -> subprocess.CompletedProcess[str]:
+def run_python(*args: str) -> subprocess.CompletedProcess[str]:
+    """`python ARGS` in the repository's root, its output captured."""
     return subprocess.run(
-        [sys.executable, "-m", "benchmark", subcommand, *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
+
+
+def run_benchmark(subcommand: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return run_python("-m", "benchmark", subcommand, *args)
 
 
 QUICK_REQUESTS = 8  # the offline runs take each workload's first 8 requests (--requests)
@@ -312,13 +313,7 @@ for name in SUBCOMMANDS:
 
 
 def test_every_subcommand_imports_and_parses_its_flags() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", HELP_OF_EVERY_SUBCOMMAND],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_python("-c", HELP_OF_EVERY_SUBCOMMAND)
     assert done.returncode == 0, done.stderr[-2000:]
     first_lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
     for name in SUBCOMMANDS:
@@ -362,13 +357,7 @@ for line in script.splitlines():
 
 
 def test_every_benchmark_command_of_the_gpu_script_parses() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", PARSE_EVERY_GPU_COMMAND],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_python("-c", PARSE_EVERY_GPU_COMMAND)
     assert done.returncode == 0, done.stderr[-2000:]
     parsed = [line for line in done.stdout.splitlines() if line.startswith("parsed: ")]
     script = (ROOT / "benchmark" / "run_gpu.sh").read_text()
