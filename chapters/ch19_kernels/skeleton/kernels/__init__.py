@@ -17,9 +17,9 @@ a GPU; this package then sets the interpreter up first (`interpreter.py`). Other
 here imports triton until a kernel is used, so importing the engine never does.
 """
 
-from minisgl.env import ENV
+import os
 
-if ENV.TRITON_INTERPRET:
+if os.environ.get("TRITON_INTERPRET") == "1":
     from minisgl.kernels.interpreter import run_like_compiled_triton
 
     run_like_compiled_triton()
