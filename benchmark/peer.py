@@ -48,6 +48,7 @@ from minisgl.benchmark import append_result, run_load, summarize
 
 from .checkpoints import RANDOM_MODEL, ROOT, resolve_model
 from .online import free_port, launch, print_summary, stop, time_per_output_token, warm_up
+from .order import rotated
 
 PEER_COMMIT = "20fcd7f"  # sgl-project/mini-sglang, 2025: "Fix race condition in flashinfer backend"
 PEER_TREE = ROOT / ".peer" / "mini-sglang"
@@ -162,7 +163,7 @@ def main(argv: list[str]) -> int:
     figures: dict[tuple[str, str], list[float]] = {}
     for part in parts:
         for round_ in range(args.first_round, args.first_round + args.rounds):
-            order = ["upstream", "minisgl"] if round_ % 2 else ["minisgl", "upstream"]
+            order = rotated(["upstream", "minisgl"], round_ - 1)  # upstream first in odd rounds
             for engine in order:
                 if part == "offline":
                     records = [offline(engine, args.tree, model)]

@@ -34,6 +34,7 @@ from minisgl.llm import LLM
 from minisgl.structured import StructuredParams
 
 from .checkpoints import DEFAULT_MODEL
+from .order import rotated
 
 SCHEMA = {
     "type": "object",
@@ -82,7 +83,7 @@ def main(argv: list[str]) -> int:
     schedule = [
         (round_, position, run)
         for round_ in range(args.rounds)
-        for position, run in enumerate(runs[round_ % len(runs) :] + runs[: round_ % len(runs)])
+        for position, run in enumerate(rotated(runs, round_))
     ]
     for round_, position, (constraint, overlap) in schedule:
         with LLM(args.model, dtype=dtype, enable_overlap=overlap, show_progress=False) as llm:

@@ -23,7 +23,9 @@ greedy, ignoring EOS, so every request generates exactly its requested number of
 transformers runs static batches of `--hf-batch-size` prompts in arrival order (left-padded),
 each batch generating until its longest request is done; only the requested tokens count.
 Each variant runs in a fresh process of its own (`in_own_process`), so none inherits what
-another left behind. The workload, the timing and the accounting are minisgl.benchmark's
+another left behind. With `--repeat N` the engine's variants run in another order each round
+(rotated by one place, `benchmark/order.py`; transformers always first), so that none always
+runs in the same place. The workload, the timing and the accounting are minisgl.benchmark's
 (chapter 21).
 """
 
@@ -56,6 +58,7 @@ from minisgl.benchmark import (
 )
 
 from .checkpoints import DEFAULT_MODEL, RANDOM_MODEL, resolve_model
+from .order import rotated
 from .scheduler_probes import StepClock, StepTable, decode_floor_s
 
 # The engine's settings of each variant: everything on, then one feature off at a time.
@@ -164,8 +167,10 @@ def report_run(
     result: OfflineResult,
     ratio: float | None,
     round_: int,
+    position: int,
 ) -> None:
-    """Print one variant's run of workload `name` in round `round_` (and append it to --json)."""
+    """Print one variant's run of workload `name`, the `position`-th of round `round_` (and
+    append it to --json)."""
     print(
         f"{name:<10}{result.variant:<15}{len(work.prompts):>9}{result.output_tokens:>11}"
         f"{result.seconds:>9.2f}{result.tokens_per_s:>10.1f}"
@@ -187,6 +192,7 @@ def report_run(
                 # output throughput over transformers' in this round (None without it)
                 "vs_transformers": ratio,
                 "round": round_,
+                "position": position,  # its place in the round's order
             },
         )
 
@@ -334,13 +340,16 @@ def main(argv: list[str]) -> int:
         runs: dict[str, list[OfflineResult]] = {v: [] for v in variants}
         for round_ in range(1, args.repeat + 1):
             results: list[OfflineResult] = []
-            # transformers first, so every engine row can show its ratio
-            for variant in sorted(variants, key=lambda v: v != "transformers"):
+            # transformers first, so every engine row can show its ratio; the engine's variants
+            # in another order each round
+            engines = [v for v in variants if v != "transformers"]
+            order = [v for v in variants if v == "transformers"] + rotated(engines, round_ - 1)
+            for position, variant in enumerate(order, start=1):
                 result, steps = in_own_process(measure, model, name, work, dtype, variant, args)
                 results.append(result)
                 runs[variant].append(result)
                 ratio = speedups(results).get(variant)
-                report_run(args, name, work, device, result, ratio, round_)
+                report_run(args, name, work, device, result, ratio, round_, position)
                 report_steps(args, name, device, variant, steps, model)
         if args.repeat > 1:
             report_medians(args, name, work, device, runs)

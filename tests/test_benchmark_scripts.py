@@ -93,11 +93,11 @@ def test_offline_repeat_compares_each_variants_median_run(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr[-2000:]
     records = read_results(results)
     runs = [r for r in records if r["benchmark"] == "offline"]
-    assert [(r["round"], r["variant"]) for r in runs] == [
-        (1, "transformers"),
-        (1, "no-overlap"),
-        (2, "transformers"),
-        (2, "no-overlap"),
+    assert [(r["round"], r["position"], r["variant"]) for r in runs] == [
+        (1, 1, "transformers"),
+        (1, 2, "no-overlap"),
+        (2, 1, "transformers"),
+        (2, 2, "no-overlap"),
     ]
     medians = {r["variant"]: r for r in records if r["benchmark"] == "offline_median"}
     assert set(medians) == {"no-overlap", "transformers"}
