@@ -14,6 +14,7 @@
 #   benchmark/run_gpu.sh paged_attention                     # chapter 22: GPU tests, Triton vs FlashInfer
 #   benchmark/run_gpu.sh hybrid                              # chapter 22's hybrid: tests, crossover, official
 #   benchmark/run_gpu.sh hybrid_prefill                      # why the hybrid's prefills are slower
+#   benchmark/run_gpu.sh hybrid_rounds                       # the hybrid and FlashInfer, order rotated
 #   benchmark/run_gpu.sh tp                                  # on nvidia-h200-x2: TP=1 and TP=2
 #   benchmark/run_gpu.sh structured                          # chapter 25: the grammar mask's cost
 #   benchmark/run_gpu.sh verdict                             # the judge's GPU verdict, chapter 18
@@ -103,6 +104,15 @@ for stage in ${STAGES//,/ }; do
       python3 -m benchmark offline --workload official --model random-qwen3-0.6b --dtype bfloat16 \
           --variants minisgl,hybrid-backend --repeat 2 --step-times --json "$OUT/results.jsonl" \
           2>&1 | tee "$OUT/offline_hybrid_prefill.log" ;;
+    hybrid_rounds)  # the hybrid lost every comparison in which it ran after FlashInfer and tied
+      # in the two where it ran first (2026-12-07, day): four rounds, the order rotated each
+      # round, of the official workload and of one request
+      python3 -m benchmark offline --workload official --model random-qwen3-0.6b --dtype bfloat16 \
+          --variants hybrid-backend,minisgl --repeat 4 --step-times --json "$OUT/results.jsonl" \
+          2>&1 | tee "$OUT/offline_hybrid_rounds.log"
+      python3 -m benchmark offline --workload single --model random-qwen3-0.6b --dtype bfloat16 \
+          --variants hybrid-backend,minisgl --repeat 4 --step-times --json "$OUT/results.jsonl" \
+          2>&1 | tee "$OUT/single_hybrid_rounds.log" ;;
     decode_kernels)  # the official workload with each of FlashInfer's decode kernels, one run
       python3 -m benchmark flashinfer-decode --choices "${DECODE_CHOICES:-tensor-cores,cuda-cores}" \
           --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/decode_kernels.log" ;;
