@@ -104,9 +104,9 @@ for stage in ${STAGES//,/ }; do
       python3 -m benchmark offline --workload official --model random-qwen3-0.6b --dtype bfloat16 \
           --variants minisgl,hybrid-backend --repeat 2 --step-times --json "$OUT/results.jsonl" \
           2>&1 | tee "$OUT/offline_hybrid_prefill.log" ;;
-    hybrid_rounds)  # the hybrid lost every comparison in which it ran after FlashInfer and tied
-      # in the two where it ran first (2026-12-07, day): four rounds, the order rotated each
-      # round, of the official workload and of one request
+    hybrid_rounds)  # the hybrid lost every comparison in which it ran after FlashInfer, and
+      # tied in two of the three where it ran first (2026-12-07, day): four rounds, the order
+      # rotated each round, of the official workload and of one request
       python3 -m benchmark offline --workload official --model random-qwen3-0.6b --dtype bfloat16 \
           --variants hybrid-backend,minisgl --repeat 4 --step-times --json "$OUT/results.jsonl" \
           2>&1 | tee "$OUT/offline_hybrid_rounds.log"

@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 
 # Decode batches up to this many rows run on Triton: a graph batch size. On an H100 Triton's
 # decode step was the faster at every batch size from 1 to 256 where all contexts were 512
-# tokens, yet the hybrid ran the official workload's spread contexts slower than FlashInfer
-# alone: up to 16 rows on Triton in three rounds, up to 64 in one (2026-12-07, chapter 22's page).
+# tokens, yet the hybrid ran the official workload slower than FlashInfer alone, up to 16 rows
+# on Triton or up to 64, in every comparison where it ran second and one of three where it ran
+# first (2026-12-07, chapter 22's page and benchmark/gpu_report.md).
 TRITON_MAX_ROWS = 16
 
 
@@ -77,5 +78,6 @@ def create_hybrid_backend(setup: AttnSetup) -> HybridAttnBackend:
 
 
 # "auto" does not pick it, as it does not pick Triton's alone: on an H100 it lost the official
-# workload to FlashInfer alone in each of three alternating rounds (chapter 22's page).
+# workload to FlashInfer alone in every comparison where it ran second, and in one of the three
+# where it ran first (benchmark/gpu_report.md, "2026-12-07, day").
 HYBRID_BACKEND = BackendEntry(create=create_hybrid_backend, usable=chosen_by_name_only, priority=0)
