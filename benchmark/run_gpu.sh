@@ -57,12 +57,12 @@ for stage in ${STAGES//,/ }; do
       python3 -m pytest tests/test_gpu_*.py -v -s \
           -p no:cacheprovider --timeout 150 ${PYTEST_K:+-k "$PYTEST_K"} 2>&1 | tee "$OUT/gpu_tests.log" ;;
     steps)
-      python3 -m benchmark decode-step ${STEPS_ARGS:---batch-sizes 1,64,256 --parts} --json "$OUT/results_${name}_$mode.jsonl" \
+      python3 -m benchmark decode-step ${STEPS_ARGS:---batch-sizes 1,64,256 --parts} --json "$OUT/results.jsonl" \
           2>&1 | tee "$OUT/decode_step.log" ;;
     offline)
       python3 -m benchmark offline --workload official --model random-qwen3-0.6b \
           --dtype bfloat16 --variants "${OFFLINE_VARIANTS:-minisgl,no-graphs,no-overlap,torch-kernels}" \
-          --step-times --json "$OUT/results_${name}_$mode.jsonl" \
+          --step-times --json "$OUT/results.jsonl" \
           2>&1 | tee "$OUT/offline.log" ;;
     hf)
       python3 -m benchmark offline --workload official --model random-qwen3-0.6b \
@@ -70,10 +70,10 @@ for stage in ${STAGES//,/ }; do
           --step-times --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/offline_hf.log" ;;
     single)  # one request, a 512-token prompt and 512 new tokens: its time per output token
       python3 -m benchmark offline --workload single --model random-qwen3-0.6b --dtype bfloat16 \
-          --variants "${SINGLE_VARIANTS:-minisgl,transformers}" --step-times --json "$OUT/results_${name}_$mode.jsonl" \
+          --variants "${SINGLE_VARIANTS:-minisgl,transformers}" --step-times --json "$OUT/results.jsonl" \
           2>&1 | tee "$OUT/offline_single.log" ;;
     attention)  # FlashInfer's decode kernel alone: KV layouts, tensor cores, the KV-read floor
-      python3 -m benchmark attention-kernels ${ATTENTION_ARGS:-} --json "$OUT/results_${name}_$mode.jsonl" \
+      python3 -m benchmark attention-kernels ${ATTENTION_ARGS:-} --json "$OUT/results.jsonl" \
           2>&1 | tee "$OUT/attention.log" ;;
     paged_attention)  # chapter 22: its GPU tests, then the Triton decode (three tilings) and
       # prefill beside FlashInfer's at Qwen3-0.6B's shapes, pages of 16 and 256, with the floor
@@ -103,21 +103,22 @@ for stage in ${STAGES//,/ }; do
             --attention-backend $backend --json "$OUT/results.jsonl" 2>&1 | tee "$OUT/profile_prefill_$backend.log"
       done
       python3 -m benchmark offline --workload official --model random-qwen3-0.6b --dtype bfloat16 \
-          --variants minisgl,hybrid-backend --repeat 2 --step-times --json "$OUT/results_${name}_$mode.jsonl" \
+          --variants minisgl,hybrid-backend --repeat 2 --step-times --json "$OUT/results.jsonl" \
           2>&1 | tee "$OUT/offline_hybrid_prefill.log" ;;
     hybrid_rounds)  # the hybrid lost every comparison in which it ran after FlashInfer, and
       # tied in two of the three where it ran first (2026-12-07, day): four rounds, the order
       # rotated each round, of the official workload and of one request
       python3 -m benchmark offline --workload official --model random-qwen3-0.6b --dtype bfloat16 \
-          --variants hybrid-backend,minisgl --repeat 4 --step-times --json "$OUT/results_${name}_$mode.jsonl" \
+          --variants hybrid-backend,minisgl --repeat 4 --step-times --json "$OUT/results.jsonl" \
           2>&1 | tee "$OUT/offline_hybrid_rounds.log"
       python3 -m benchmark offline --workload single --model random-qwen3-0.6b --dtype bfloat16 \
-          --variants hybrid-backend,minisgl --repeat 4 --step-times --json "$OUT/results_${name}_$mode.jsonl" \
+          --variants hybrid-backend,minisgl --repeat 4 --step-times --json "$OUT/results.jsonl" \
           2>&1 | tee "$OUT/single_hybrid_rounds.log" ;;
     l2_prefetch)  # can a second stream that reads the next projection's weight into L2 speed
-      # up a batch-1 step? (Each run writes results_NAME_MODE.jsonl.) The probe times a graph of Qwen3-0.6B's layers at one row with and
+      # up a batch-1 step? The probe times a graph of Qwen3-0.6B's layers at one row with and
       # without it; then the engine with the probe's fastest variant against without, one
       # request and a decode step at 1, 64 and 256 rows, in the order worth most if cut short
+      # (each run writes its lines to results_NAME_MODE.jsonl: the lines do not say the mode)
       probes=benchmark/results/logs_2026-12-07c
       python3 $probes/l2_prefetch.py 2>&1 | tee "$OUT/l2_prefetch.log"
       read -ra fastest <<< "$(grep '^BEST' "$OUT/l2_prefetch.log" | cut -d' ' -f2-)"

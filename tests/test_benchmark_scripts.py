@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -362,6 +363,31 @@ def test_every_benchmark_command_of_the_gpu_script_parses() -> None:
     parsed = [line for line in done.stdout.splitlines() if line.startswith("parsed: ")]
     script = (ROOT / "benchmark" / "run_gpu.sh").read_text()
     assert len(parsed) == script.count("python3 -m benchmark ") >= 20, done.stdout
+
+
+def test_every_stage_of_the_gpu_script_expands_under_set_u(tmp_path: Path) -> None:
+    """Every stage, run with python3 and nvidia-smi stubbed to do nothing, expands all its
+    variables. An unbound one aborts only its own pipeline and the script goes on with status 0,
+    so a stage would silently skip its run on the device: the output is what tells."""
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    for command in ("python3", "nvidia-smi"):
+        (stubs / command).write_text("#!/bin/sh\nexit 0\n")
+        (stubs / command).chmod(0o755)
+    script = ROOT / "benchmark" / "run_gpu.sh"
+    stages = re.findall(r"^    (\w+)\)", script.read_text(), flags=re.MULTILINE)
+    assert len(stages) >= 20 and "l2_prefetch" in stages
+    env = os.environ | {"PATH": f"{stubs}{os.pathsep}{os.environ['PATH']}", "OUT": str(tmp_path)}
+    done = subprocess.run(
+        ["bash", str(script), ",".join(stages)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-2000:]
+    assert "unbound variable" not in output and "unknown stage" not in output, output[-2000:]
 
 
 def test_the_entry_point_lists_its_subcommands_and_refuses_others() -> None:
