@@ -1,6 +1,8 @@
 """A tensor-parallel rank that fails on purpose, for the tests of the launcher's death policy
 (test_tp_processes.py): rank 1 raises on its third scheduler step, mid-generation, and every
-other rank runs as usual. Children import this module by name (the launcher hands them the
+other rank runs as usual. Rank 1 then lingers before it exits, as a loaded machine may make
+it do, so that rank 0, whose collective failed when rank 1 left the group, exits first: the
+error must still name rank 1. Children import this module by name (the launcher hands them the
 parent's sys.path), so both `LLM(tp_size=2)` and a server can be given its rank main.
 
     python -c "import faulty_rank; faulty_rank.serve()" --model DIR --tp 2   # a server
@@ -8,6 +10,8 @@ parent's sys.path), so both `LLM(tp_size=2)` and a server can be given its rank 
 
 from __future__ import annotations
 
+import gc
+import time
 from typing import Any
 
 from minisgl.scheduler import Scheduler, SchedulerConfig
@@ -15,6 +19,7 @@ from minisgl.scheduler.io import run_scheduler
 
 FAULT = "rank 1 fails on purpose"
 FAILING_STEP = 3  # after a prefill and a first decode step: the group is mid-generation
+LINGER_S = 2.0  # how long rank 1 takes to exit after leaving the group
 
 
 def run_scheduler_failing_on_rank_1(
@@ -39,7 +44,15 @@ def run_scheduler_failing_on_rank_1(
             return step(self)
 
         Scheduler.step = failing_step  # type: ignore[method-assign]  # this process only
-    run_scheduler(config, inbox_address, outbox_address, init_method, rank, world_size, ready)
+    try:
+        run_scheduler(config, inbox_address, outbox_address, init_method, rank, world_size, ready)
+    except RuntimeError as error:
+        if rank == 1:
+            # The traceback's frames hold the group: dropping them closes its connections.
+            error.__traceback__ = None
+            gc.collect()
+            time.sleep(LINGER_S)
+        raise
 
 
 def serve() -> None:

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from minisgl.launcher import STOP_TIMEOUT_S, Launcher, ProcessDiedError
+import minisgl.launcher
+from minisgl.launcher import PEER_DIED_STATUS, STOP_TIMEOUT_S, Launcher, ProcessDiedError
+from minisgl.utils import PeerDiedError
 
 pytestmark = pytest.mark.slow
 TESTS = Path(__file__).resolve().parent
@@ -34,6 +36,13 @@ def fail_when(path: str) -> None:
         time.sleep(0.05)
     print("failing now", file=sys.stderr)
     raise RuntimeError(DEATH_MESSAGE)
+
+
+def lose_peer_when(path: str) -> None:
+    """Raise PeerDiedError once `path` exists, as a rank does whose collective lost a peer."""
+    while not os.path.exists(path):
+        time.sleep(0.05)
+    raise PeerDiedError("a collective failed, another rank is gone: Connection closed by peer")
 
 
 def report_ready(ready: object) -> None:
@@ -99,6 +108,61 @@ def test_a_child_that_dies_stops_the_others_and_is_named_with_its_stderr(tmp_pat
     finally:
         launcher.stop()
     assert not Path(launcher.directory).exists()
+
+
+def wait_for_exit(process: subprocess.Popen) -> int:
+    deadline = time.monotonic() + START_S
+    while process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert process.returncode is not None, "the child did not exit"
+    return process.returncode
+
+
+def test_a_child_that_lost_a_peer_names_the_peer_even_when_the_peer_exits_after_it(
+    tmp_path: Path,
+) -> None:
+    """A rank's own teardown closes its connections before it exits, so the rank it was talking
+    to may raise and exit first: the error must still name the rank that failed."""
+    lose, fail = tmp_path / "lose", tmp_path / "fail"
+    launcher = Launcher()
+    try:
+        launcher.start("scheduler rank 0", lose_peer_when, str(lose))
+        launcher.start("scheduler rank 1", fail_when, str(fail))
+        lose.touch()
+        assert wait_for_exit(launcher.processes["scheduler rank 0"]) == PEER_DIED_STATUS
+        time.sleep(0.5)  # the survivor's exit is seen first, and is not taken for the death
+        assert launcher.failure is None
+        fail.touch()
+        with pytest.raises(ProcessDiedError) as failure:
+            launcher.check(grace_s=START_S)
+        assert str(failure.value).startswith("the scheduler rank 1 process exited with status 1")
+        assert str(failure.value).endswith(f"RuntimeError: {DEATH_MESSAGE}")
+    finally:
+        launcher.stop()
+
+
+def test_a_child_that_lost_a_peer_is_named_when_no_peer_dies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PeerDiedError with no death behind it (a collective that failed for another reason)
+    still ends the group, after the grace, naming the child and its error."""
+    monkeypatch.setattr(minisgl.launcher, "PEER_DEATH_GRACE_S", 0.5)
+    lose = tmp_path / "lose"
+    lose.touch()
+    launcher = Launcher()
+    try:
+        launcher.start("sleeper", sleep_forever)
+        launcher.start("lonely", lose_peer_when, str(lose))
+        with pytest.raises(ProcessDiedError) as failure:
+            launcher.check(grace_s=START_S)
+        first_line, *tail = str(failure.value).splitlines()
+        assert first_line.startswith(f"the lonely process exited with status {PEER_DIED_STATUS}")
+        assert tail[-1] == "    error: a collective failed, another rank is gone: " + (
+            "Connection closed by peer"
+        )
+        assert launcher.processes["sleeper"].returncode == -signal.SIGTERM
+    finally:
+        launcher.stop()
 
 
 def test_an_exit_is_a_death_unless_the_launcher_is_stopping() -> None:

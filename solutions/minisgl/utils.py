@@ -103,6 +103,22 @@ class RequestTooLongError(InvalidRequestError):
     """A request can never fit in the KV cache or the page table."""
 
 
+class PeerDiedError(RuntimeError):
+    """A collective failed because another process of the group is gone: gloo raises a bare
+    RuntimeError ("Connection closed by peer") when a rank exits mid-collective. The rank that
+    raises this is not the one that failed; the launcher names the one that did."""
+
+
+@contextmanager
+def needs_peers() -> Iterator[None]:
+    """Run a collective: a RuntimeError from it becomes a PeerDiedError (the original chained),
+    so that a rank can tell "another rank died" from its own failure."""
+    try:
+        yield
+    except RuntimeError as error:
+        raise PeerDiedError(f"a collective failed, another rank is gone: {error}") from error
+
+
 @contextmanager
 def exit_on_error() -> Iterator[None]:
     """Run an entry point's body; turn a MinisglError into one clear line and exit status 1."""

@@ -8,9 +8,13 @@ One policy for a child that dies (exits before `Launcher.stop`, whatever its sta
 launcher stops every other child at once (SIGTERM, then SIGKILL after `STOP_TIMEOUT_S`) and
 keeps a `ProcessDiedError` naming the child, how it ended and the last lines of its stderr, for
 the caller to raise: the server stops serving and exits with it, the `LLM` raises it from the
-step that needed the dead rank. Children never outlive the launcher: each ignores SIGINT (the
-launcher handles Ctrl-C and stops them between two steps) and exits, removing the launcher's
-directory, as soon as its parent is gone, even if the parent was killed by SIGKILL.
+step that needed the dead rank. A child whose collective failed because a peer left
+(`PeerDiedError`) did not fail itself: it exits with PEER_DIED_STATUS, and the launcher names the
+peer instead, which may exit after it (its own teardown closes the connection first).
+
+Children never outlive the launcher: each ignores SIGINT (the launcher handles Ctrl-C and stops
+them between two steps) and exits, removing the launcher's directory, as soon as its parent is
+gone, even if the parent was killed by SIGKILL.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from pathlib import Path
 from typing import Callable
 
 import minisgl
-from minisgl.utils import MinisglError, exit_on_error
+from minisgl.utils import MinisglError, PeerDiedError, exit_on_error
 
 POLL_S = 0.2  # how often wait_ready looks for a death while no child is ready
 STOP_TIMEOUT_S = 5.0  # a child asked to stop (or terminated) gets this long before SIGKILL
@@ -40,6 +44,8 @@ PARENT_POLL_S = 0.5  # how often a child checks that its parent is still there
 STDERR_TAIL_BYTES = 1 << 14  # the end of a child's stderr kept for the error
 STDERR_TAIL_LINES = 10  # ... of which a ProcessDiedError quotes this many lines
 STDERR_DRAIN_S = 1.0  # after a death, how long to wait for its last stderr to arrive
+PEER_DIED_STATUS = 3  # a child's exit status for "a peer died under my collective"
+PEER_DEATH_GRACE_S = 10.0  # how long a PeerDiedError waits for the peer that died to be named
 # A child is `python -c CHILD_COMMAND`, reading its work from stdin (see `child_main`).
 CHILD_COMMAND = "import minisgl.launcher; minisgl.launcher.child_main()"
 
@@ -85,6 +91,7 @@ class Launcher:
         self._stopping = False  # set by begin_stop: exits are expected from then on
         self._first_death: str | None = None
         self._died = threading.Event()  # set with `failure`
+        self._claimed = threading.Event()  # set with `_first_death`
         self._on_death: Callable[[], None] | None = None
         self._lock = threading.Lock()
         self._tails: dict[str, deque[bytes]] = {}
@@ -184,10 +191,13 @@ class Launcher:
     def _reap(self, name: str, process: subprocess.Popen) -> None:
         """Wait for one child; if it is the first to die, apply the death policy."""
         returncode = process.wait()
+        if returncode == PEER_DIED_STATUS and not self._stopping:
+            self._claimed.wait(PEER_DEATH_GRACE_S)  # the peer that died is the one to name
         with self._lock:
             if self._stopping or self._first_death is not None:
                 return
             self._first_death = name
+            self._claimed.set()
         self._readers[name].join(STDERR_DRAIN_S)  # its last words, written before it exited
         self._end_children(STOP_TIMEOUT_S, terminate=True)
         message = f"the {name} process {describe_exit(returncode)} (the others were stopped)"
@@ -252,4 +262,8 @@ def child_main() -> None:
     threading.Thread(target=exit_with_parent, daemon=True).start()
     target, args = pickle.load(sys.stdin.buffer)
     with exit_on_error():
-        target(*args)
+        try:
+            target(*args)
+        except PeerDiedError as error:
+            print(f"error: {error}", file=sys.stderr)
+            sys.exit(PEER_DIED_STATUS)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from minisgl.utils import needs_peers
+
 from .info import get_tp_info
 
 _tensor_group: dist.ProcessGroup | None = None  # None: the default group
@@ -24,7 +26,8 @@ def all_reduce(x: torch.Tensor) -> torch.Tensor:
     """The element-wise sum of `x` over all ranks (in place); `x` itself when alone."""
     if get_tp_info().size == 1:
         return x
-    dist.all_reduce(x, op=dist.ReduceOp.SUM, group=_tensor_group)
+    with needs_peers():
+        dist.all_reduce(x, op=dist.ReduceOp.SUM, group=_tensor_group)
     return x
 
 
@@ -39,7 +42,8 @@ def all_gather(x: torch.Tensor) -> torch.Tensor:
         return x
     x = x.contiguous()
     pieces = [torch.empty_like(x) for _ in range(size)]
-    dist.all_gather(pieces, x, group=_tensor_group)
+    with needs_peers():
+        dist.all_gather(pieces, x, group=_tensor_group)
     return torch.cat(pieces)
 
 
@@ -53,5 +57,6 @@ def min_over_ranks(value: int) -> int:
     if get_tp_info().size == 1:
         return value
     box = torch.tensor([value], dtype=torch.int64)
-    dist.all_reduce(box, op=dist.ReduceOp.MIN)
+    with needs_peers():
+        dist.all_reduce(box, op=dist.ReduceOp.MIN)
     return int(box.item())

@@ -29,7 +29,7 @@ from minisgl.message import (
 from minisgl.scheduler.config import SchedulerConfig
 from minisgl.scheduler.scheduler import Scheduler
 from minisgl.scheduler.utils import TokenOutput
-from minisgl.utils import MinisglError
+from minisgl.utils import MinisglError, needs_peers
 
 
 class SchedulerIO:
@@ -62,7 +62,8 @@ class SchedulerIO:
         if self.group is None:
             return msgs
         box = [msgs]
-        dist.broadcast_object_list(box, src=0, group=self.group)
+        with needs_peers():
+            dist.broadcast_object_list(box, src=0, group=self.group)
         return box[0]
 
     def send_outputs(self, outputs: list[TokenOutput]) -> None:

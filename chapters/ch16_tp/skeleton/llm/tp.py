@@ -21,14 +21,14 @@ import torch.distributed as dist
 
 from minisgl.core import SamplingParams
 from minisgl.distributed.group import init_tp_group, leave_tp_group
-from minisgl.launcher import Launcher
+from minisgl.launcher import PEER_DEATH_GRACE_S, Launcher
 from minisgl.message import ExitMsg, UserMsg
 from minisgl.scheduler import Scheduler, SchedulerConfig
 from minisgl.scheduler.io import SchedulerIO, run_scheduler
 from minisgl.scheduler.utils import TokenOutput
+from minisgl.utils import PeerDiedError
 
 T = TypeVar("T")
-DEATH_GRACE_S = 10.0  # after a failed collective: a rank's exit, and the others stopped
 
 
 class TPScheduler(Scheduler):
@@ -76,9 +76,9 @@ class TPScheduler(Scheduler):
         """fn(*args), which talks to the other ranks: if one of them died, say which."""
         try:
             return fn(*args)
-        except RuntimeError:
+        except PeerDiedError:
             self.io = None  # the group is broken: close() must not broadcast on it
-            self.ranks.check(grace_s=DEATH_GRACE_S)
+            self.ranks.check(grace_s=PEER_DEATH_GRACE_S)
             raise
 
     def close(self) -> None:
@@ -90,7 +90,7 @@ class TPScheduler(Scheduler):
         if self.io is not None:
             try:
                 self.io.broadcast([ExitMsg()])
-            except RuntimeError:  # a rank is already gone: stop() below kills the rest
+            except PeerDiedError:  # a rank is already gone: stop() below kills the rest
                 group_intact = False
             self.io = None
         if group_intact:
