@@ -368,10 +368,11 @@ def test_every_benchmark_command_of_the_gpu_script_parses() -> None:
 def test_every_stage_of_the_gpu_script_expands_under_set_u(tmp_path: Path) -> None:
     """Every stage, run with python3 and nvidia-smi stubbed to do nothing, expands all its
     variables. An unbound one aborts only its own pipeline and the script goes on with status 0,
-    so a stage would silently skip its run on the device: the output is what tells."""
+    so a stage would silently skip its run on the device: the output is what tells. tar is
+    stubbed too: the verdict stage copies the checkout, .venv and all, to judge it."""
     stubs = tmp_path / "bin"
     stubs.mkdir()
-    for command in ("python3", "nvidia-smi"):
+    for command in ("python3", "nvidia-smi", "tar"):
         (stubs / command).write_text("#!/bin/sh\nexit 0\n")
         (stubs / command).chmod(0o755)
     script = ROOT / "benchmark" / "run_gpu.sh"
