@@ -110,14 +110,6 @@ def test_a_child_that_dies_stops_the_others_and_is_named_with_its_stderr(tmp_pat
     assert not Path(launcher.directory).exists()
 
 
-def wait_for_exit(process: subprocess.Popen) -> int:
-    deadline = time.monotonic() + START_S
-    while process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert process.returncode is not None, "the child did not exit"
-    return process.returncode
-
-
 def test_a_child_that_lost_a_peer_names_the_peer_even_when_the_peer_exits_after_it(
     tmp_path: Path,
 ) -> None:
@@ -129,7 +121,7 @@ def test_a_child_that_lost_a_peer_names_the_peer_even_when_the_peer_exits_after_
         launcher.start("scheduler rank 0", lose_peer_when, str(lose))
         launcher.start("scheduler rank 1", fail_when, str(fail))
         lose.touch()
-        assert wait_for_exit(launcher.processes["scheduler rank 0"]) == PEER_DIED_STATUS
+        assert launcher.processes["scheduler rank 0"].wait(START_S) == PEER_DIED_STATUS
         time.sleep(0.5)  # the survivor's exit is seen first, and is not taken for the death
         assert launcher.failure is None
         fail.touch()

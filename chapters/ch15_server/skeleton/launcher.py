@@ -91,7 +91,6 @@ class Launcher:
         self._stopping = False  # set by begin_stop: exits are expected from then on
         self._first_death: str | None = None
         self._died = threading.Event()  # set with `failure`
-        self._claimed = threading.Event()  # set with `_first_death`
         self._on_death: Callable[[], None] | None = None
         self._lock = threading.Lock()
         self._tails: dict[str, deque[bytes]] = {}
@@ -192,12 +191,11 @@ class Launcher:
         """Wait for one child; if it is the first to die, apply the death policy."""
         returncode = process.wait()
         if returncode == PEER_DIED_STATUS and not self._stopping:
-            self._claimed.wait(PEER_DEATH_GRACE_S)  # the peer that died is the one to name
+            self._died.wait(PEER_DEATH_GRACE_S)  # the peer that died is the one to name
         with self._lock:
             if self._stopping or self._first_death is not None:
                 return
             self._first_death = name
-            self._claimed.set()
         self._readers[name].join(STDERR_DRAIN_S)  # its last words, written before it exited
         self._end_children(STOP_TIMEOUT_S, terminate=True)
         message = f"the {name} process {describe_exit(returncode)} (the others were stopped)"
